@@ -1,0 +1,194 @@
+"""The worker side: a consumer bootstep that applies the pause state.
+
+Install it with ``app.steps["consumer"].add(PauseStep)``.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from celery import Celery, bootsteps
+from celery.worker.consumer import Consumer
+from celery.worker.request import Request
+
+from . import (
+    control,  # noqa: F401  (registers the pause_refresh command)
+    signals,
+)
+from .conf import config_for
+from .errors import ConfigurationError
+from .gate import Gate
+from .state import EVERYTHING, NOTHING, Hold, Scope
+from .stores import Snapshot, open_store
+from .sync import StoreSync
+
+logger = logging.getLogger(__name__)
+
+
+class PauseStep(bootsteps.StartStopStep):
+    """Holds every task of a paused queue before it reaches the pool."""
+
+    label = "celery-pause"
+    requires = ("celery.worker.consumer.tasks:Tasks",)
+
+    def __init__(self, c: Consumer, **kwargs: Any) -> None:
+        super().__init__(c, **kwargs)
+        refuse_inexact_pool(c)
+        self.config = config_for(c.app)
+        self.store = open_store(self.config)
+        self.consumer = c
+        self.consumed: list[str] | None = None
+        self.gate = Gate(c.on_task_request, QueueResolver(c.app))
+        c.on_task_request = self.gate
+        c.celery_pause = self
+        self.sync = StoreSync(
+            store=self.store,
+            config=self.config,
+            hostname=c.hostname,
+            gate=self.gate,
+            deliver=self._deliver,
+            return_expired=lambda: c.call_soon(self._return_expired),
+        )
+        self.holds: tuple[Hold, ...] = ()
+
+    def start(self, c: Consumer) -> None:
+        self.consumer = c
+        if self.consumed is None:
+            self.consumed = list(c.app.amqp.queues.consume_from)
+            generation, scope = self._initial_state()
+        else:
+            generation, scope = self.sync.applied or (-1, self.gate.scope)
+        # Before the first consume (and again after a reconnect): nothing runs
+        # yet, so the consumers can be set to match the gate safely.
+        self.apply(generation, scope)
+        if not self.sync.is_alive():
+            self.sync.start()
+        else:
+            self.sync.refresh()
+
+    def _initial_state(self) -> tuple[int, Scope]:
+        """The state to start under; every queue held if the store cannot be read."""
+        snapshot = self.sync.read_once()
+        if snapshot is None:
+            logger.error(
+                "celery-pause: cannot read the pause state from %s; "
+                "holding every queue until it can",
+                self.store.display_url,
+            )
+            return -1, EVERYTHING
+        self.holds = snapshot.state.live_holds(snapshot.now)
+        return snapshot.state.generation, snapshot.state.paused(snapshot.now)
+
+    def stop(self, c: Consumer) -> None:
+        # Connection lost or worker stopping: hand held messages back while we can;
+        # on a dead channel the broker redelivers them anyway.
+        returned = self.gate.return_all()
+        if returned:
+            logger.info("celery-pause: returned %d held task(s) to the broker", returned)
+
+    def shutdown(self, c: Consumer) -> None:
+        self.stop(c)
+        self.sync.stop()
+        try:
+            self.store.remove_worker(c.hostname)
+        except Exception as exc:
+            logger.warning("celery-pause: could not deregister %s: %s", c.hostname, exc)
+        self.store.close()
+
+    # -- state changes ----------------------------------------------------------------
+    def _deliver(self, snapshot: Snapshot) -> None:
+        """From the sync thread: close the gate at once, apply the rest on the loop."""
+        generation = snapshot.state.generation
+        scope = snapshot.state.paused(snapshot.now)
+        if self.sync.applied == (generation, scope):
+            return
+        if scope:
+            self.gate.scope = self.gate.scope | scope
+        self.holds = snapshot.state.live_holds(snapshot.now)
+        self.consumer.call_soon(self.apply, generation, scope)
+
+    def apply(self, generation: int, scope: Scope) -> None:
+        """On the consumer loop: match consumers, gate and held tasks to ``scope``."""
+        c = self.consumer
+        previous = self.sync.applied[1] if self.sync.applied else NOTHING
+        self.gate.scope = scope
+        if c.task_consumer is not None:
+            for name in self.consumed or ():
+                consuming = c.task_consumer.consuming_from(name)
+                if scope.covers(name) and consuming:
+                    c.cancel_task_queue(name)
+                elif not scope.covers(name) and not consuming:
+                    c.add_task_queue(name)
+        semaphore = getattr(c.controller, "semaphore", None)
+        if semaphore is not None:
+            self.gate.take_waiters(semaphore)
+        self.gate.release()
+        self.sync.mark_applied(generation, scope)
+        if scope != previous:
+            self._announce(generation, scope, previous)
+
+    def _announce(self, generation: int, scope: Scope, previous: Scope) -> None:
+        by = "; ".join(hold.describe() for hold in self.holds) or "no hold"
+        if scope:
+            logger.warning(
+                "celery-pause: generation %d: paused %s (%s)", generation, scope.describe(), by
+            )
+        else:
+            logger.warning("celery-pause: generation %d: resumed all queues", generation)
+        signal = signals.worker_paused if scope else signals.worker_resumed
+        for receiver, result in signal.send_robust(
+            sender=self.consumer,
+            generation=generation,
+            scope=scope,
+            previous=previous,
+            holds=self.holds,
+        ):
+            if isinstance(result, Exception):
+                logger.error("celery-pause: %r failed on %s: %r", receiver, signal.name, result)
+
+    def _return_expired(self) -> None:
+        returned = self.gate.return_expired(self.config.max_hold)
+        if returned:
+            logger.info(
+                "celery-pause: returned %d task(s) held over %gs to the broker",
+                returned,
+                self.config.max_hold,
+            )
+
+
+class QueueResolver:
+    """Finds the queue a request came from, by its exchange and routing key."""
+
+    def __init__(self, app: Celery) -> None:
+        self.queues = app.amqp.queues
+        self._routes: dict[tuple[str, str], str] = {}
+        self._known = -1
+
+    def __call__(self, request: Request) -> str:
+        info = request.delivery_info or {}
+        routing_key = info.get("routing_key") or ""
+        if len(self.queues) != self._known:
+            self._rebuild()
+        return self._routes.get((info.get("exchange") or "", routing_key), routing_key)
+
+    def _rebuild(self) -> None:
+        routes: dict[tuple[str, str], str] = {}
+        for queue in self.queues.values():
+            exchange = queue.exchange.name if queue.exchange is not None else ""
+            routes.setdefault((exchange or "", queue.routing_key or queue.name), queue.name)
+        self._routes = routes
+        self._known = len(self.queues)
+
+
+def refuse_inexact_pool(c: Consumer) -> None:
+    """Refuse pools where prefetched tasks reach the pool before the gate can hold them."""
+    if getattr(c.controller, "semaphore", None) is not None:
+        return  # prefork with putlocks: requests wait for a slot in the gate's reach
+    if type(c.pool).__module__ == "celery.concurrency.solo":
+        return  # one task at a time in the consumer thread: the gate sees each one
+    raise ConfigurationError(
+        f"celery-pause cannot hold tasks on the {type(c.pool).__module__} pool: it hands "
+        "prefetched tasks to the pool at once, where they can no longer be held. "
+        "Use the prefork pool (with worker_pool_putlocks on, the default) or solo."
+    )

@@ -1,0 +1,90 @@
+"""Settings, read once per app from ``app.conf`` with explicit defaults."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from celery import Celery
+
+from .errors import ConfigurationError
+
+REDIS_SCHEMES = ("redis", "rediss", "unix")
+DEFAULTS: dict[str, Any] = {
+    "pause_store_url": None,
+    "pause_key_prefix": None,
+    "pause_poll_interval": 2.0,
+    "pause_max_hold": 300.0,
+    "pause_worker_ttl": 10.0,
+    "pause_store_timeout": 2.0,
+}
+
+
+@dataclass(frozen=True)
+class PauseConfig:
+    """celery-pause's settings for one app."""
+
+    store_url: str
+    key_prefix: str
+    poll_interval: float
+    max_hold: float
+    worker_ttl: float
+    store_timeout: float
+
+    @classmethod
+    def from_app(cls, app: Celery) -> PauseConfig:
+        conf = app.conf
+        values = {key: conf.get(key, default) for key, default in DEFAULTS.items()}
+        prefix = values["pause_key_prefix"]
+        if prefix is None:
+            prefix = f"celery-pause:{app.main or 'default'}"
+        poll_interval = _positive(values, "pause_poll_interval")
+        return cls(
+            store_url=values["pause_store_url"] or _store_from_broker(app),
+            key_prefix=str(prefix),
+            poll_interval=poll_interval,
+            max_hold=_bounded_hold(app, _positive(values, "pause_max_hold")),
+            worker_ttl=max(_positive(values, "pause_worker_ttl"), 3 * poll_interval),
+            store_timeout=_positive(values, "pause_store_timeout"),
+        )
+
+
+def config_for(app: Celery) -> PauseConfig:
+    """The app's settings, read on first use and cached on the app."""
+    cached: PauseConfig | None = getattr(app, "_celery_pause_config", None)
+    if cached is None:
+        cached = PauseConfig.from_app(app)
+        app._celery_pause_config = cached
+    return cached
+
+
+def _store_from_broker(app: Celery) -> str:
+    broker = app.conf.broker_url or ""
+    if isinstance(broker, (list, tuple)):
+        broker = broker[0] if broker else ""
+    scheme = str(broker).partition("://")[0]
+    if scheme in REDIS_SCHEMES:
+        return str(broker)
+    raise ConfigurationError(
+        "celery-pause needs a store: set pause_store_url (redis://… or file:///dir); "
+        f"only a Redis broker doubles as the store, and this broker is {scheme or 'unset'!r}"
+    )
+
+
+def _positive(values: dict[str, Any], key: str) -> float:
+    try:
+        value = float(values[key])
+    except (TypeError, ValueError):
+        raise ConfigurationError(f"{key} must be a number, got {values[key]!r}") from None
+    if value <= 0:
+        raise ConfigurationError(f"{key} must be positive, got {value!r}")
+    return value
+
+
+def _bounded_hold(app: Celery, max_hold: float) -> float:
+    """Keep held messages well inside Redis's visibility timeout."""
+    options = app.conf.broker_transport_options or {}
+    visibility = options.get("visibility_timeout")
+    if visibility:
+        return min(max_hold, float(visibility) / 4)
+    return max_hold

@@ -1,0 +1,49 @@
+"""Errors raised by celery-pause, all under :class:`PauseError`."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .state import Hold
+
+
+class PauseError(Exception):
+    """Base class of every celery-pause error."""
+
+
+class ConfigurationError(PauseError):
+    """A setting is missing or has a value celery-pause cannot use."""
+
+
+class StoreError(PauseError):
+    """The pause store could not be read or written."""
+
+
+class AlreadyPaused(PauseError):
+    """The scope already has a manual hold; pass ``force=True`` to replace it."""
+
+    def __init__(self, holds: list[Hold]) -> None:
+        self.holds = holds
+        super().__init__(
+            "already paused: "
+            + "; ".join(hold.describe() for hold in holds)
+            + " (use force=True to replace)"
+        )
+
+
+class PauseTimeout(PauseError):
+    """The cluster did not confirm the pause in time; the pause stays in effect."""
+
+    def __init__(self, timeout: float, busy: dict[str, list[str]]) -> None:
+        self.timeout = timeout
+        self.busy = busy
+        detail = "; ".join(
+            f"{host}: " + (", ".join(tasks) if tasks else "has not applied the pause")
+            for host, tasks in sorted(busy.items())
+        )
+        super().__init__(f"pause not confirmed within {timeout:g}s: {detail}")
+
+
+class InvalidInput(PauseError, ValueError):
+    """An argument (duration, date, queue name, reason) is not acceptable."""

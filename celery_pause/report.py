@@ -1,0 +1,50 @@
+"""What each worker publishes about itself, so callers can wait for quiet."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass
+from typing import Any
+
+STARTING = "starting"
+APPLIED = "applied"
+
+
+@dataclass(frozen=True)
+class WorkerReport:
+    """One worker's view: the generation it applied and what it still runs."""
+
+    hostname: str
+    pid: int
+    status: str = STARTING
+    generation: int = -1
+    paused: list[str] | None = None
+    running: tuple[str, ...] = ()
+    held: int = 0
+    seen: float = 0.0
+
+    def quiet_for(self, generation: int) -> bool:
+        """Whether this worker applied ``generation`` (or later) and runs nothing paused."""
+        return self.status == APPLIED and self.generation >= generation and not self.running
+
+    def encode(self) -> bytes:
+        return json.dumps(asdict(self), separators=(",", ":")).encode()
+
+    @classmethod
+    def decode(cls, raw: bytes | str) -> WorkerReport | None:
+        """Decode a report; ``None`` if it is not one (a foreign or damaged entry)."""
+        try:
+            data: dict[str, Any] = json.loads(raw)
+            paused = data.get("paused")
+            return cls(
+                hostname=str(data["hostname"]),
+                pid=int(data["pid"]),
+                status=str(data["status"]),
+                generation=int(data["generation"]),
+                paused=None if paused is None else [str(q) for q in paused],
+                running=tuple(str(t) for t in data.get("running", ())),
+                held=int(data.get("held", 0)),
+                seen=float(data["seen"]),
+            )
+        except (ValueError, KeyError, TypeError, AttributeError):
+            return None

@@ -1,0 +1,207 @@
+"""The pause state: holds, the scope they pause, and their JSON encoding.
+
+The state is a set of *holds*. A queue is paused while at least one live hold
+covers it; a hold with a ``resume_at`` in the past no longer counts, judged by
+the store's clock. Every change to the state increases its generation.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Iterable
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+SCHEMA = 1
+MANUAL = "manual"
+BREAKER_PREFIX = "breaker:"
+UNREADABLE = "unreadable"
+
+
+@dataclass(frozen=True)
+class Scope:
+    """A set of queues, or every queue."""
+
+    everything: bool = False
+    queues: frozenset[str] = frozenset()
+
+    @classmethod
+    def of(cls, queues: Iterable[str] | None) -> Scope:
+        """The scope of ``queues``, or every queue for ``None``."""
+        return cls(everything=True) if queues is None else cls(queues=frozenset(queues))
+
+    def covers(self, queue: str) -> bool:
+        return self.everything or queue in self.queues
+
+    def overlaps(self, other: Scope) -> bool:
+        if not self or not other:
+            return False
+        return self.everything or other.everything or bool(self.queues & other.queues)
+
+    def __or__(self, other: Scope) -> Scope:
+        if self.everything or other.everything:
+            return Scope(everything=True)
+        return Scope(queues=self.queues | other.queues)
+
+    def __bool__(self) -> bool:
+        return self.everything or bool(self.queues)
+
+    def names(self) -> list[str] | None:
+        """Sorted queue names, or ``None`` for every queue (the JSON form)."""
+        return None if self.everything else sorted(self.queues)
+
+    def describe(self) -> str:
+        if self.everything:
+            return "all queues"
+        if not self.queues:
+            return "no queue"
+        return ", ".join(sorted(self.queues))
+
+
+NOTHING = Scope()
+EVERYTHING = Scope(everything=True)
+
+
+@dataclass(frozen=True)
+class Hold:
+    """One reason for queues to be paused."""
+
+    scope: Scope
+    source: str = MANUAL
+    paused_by: str | None = None
+    reason: str | None = None
+    paused_at: float = 0.0
+    resume_at: float | None = None
+    id: str = field(default_factory=lambda: uuid.uuid4().hex[:12])
+
+    def live(self, now: float) -> bool:
+        """Whether the hold still counts at store time ``now``."""
+        return self.resume_at is None or now < self.resume_at
+
+    @property
+    def manual(self) -> bool:
+        return self.source == MANUAL
+
+    def describe(self) -> str:
+        parts = [f"{self.source} hold on {self.scope.describe()}"]
+        if self.paused_by:
+            parts.append(f"by {self.paused_by}")
+        if self.paused_at:
+            parts.append(f"at {format_time(self.paused_at)}")
+        if self.reason:
+            parts.append(f"({self.reason!r})")
+        return " ".join(parts)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "queues": self.scope.names(),
+            "source": self.source,
+            "paused_by": self.paused_by,
+            "reason": self.reason,
+            "paused_at": self.paused_at,
+            "resume_at": self.resume_at,
+        }
+
+    @classmethod
+    def from_json(cls, data: Any) -> Hold:
+        """Decode one hold; anything unexpected becomes an unreadable hold."""
+        try:
+            queues = data["queues"]
+            if queues is not None and not (
+                isinstance(queues, list) and all(isinstance(q, str) for q in queues)
+            ):
+                raise ValueError(f"queues is {queues!r}")
+            resume_at = data.get("resume_at")
+            return cls(
+                id=_str(data["id"]),
+                scope=Scope.of(queues),
+                source=_str(data["source"]),
+                paused_by=_opt_str(data.get("paused_by")),
+                reason=_opt_str(data.get("reason")),
+                paused_at=float(data["paused_at"]),
+                resume_at=None if resume_at is None else float(resume_at),
+            )
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            return unreadable_hold(f"unreadable hold: {exc!r}"[:200])
+
+
+def unreadable_hold(detail: str) -> Hold:
+    """A hold on every queue standing for state that could not be decoded."""
+    return Hold(scope=EVERYTHING, source=UNREADABLE, reason=detail, id=UNREADABLE)
+
+
+@dataclass(frozen=True)
+class PauseState:
+    """Every hold in the cluster, and the generation of this version."""
+
+    generation: int = 0
+    holds: tuple[Hold, ...] = ()
+
+    def live_holds(self, now: float) -> tuple[Hold, ...]:
+        return tuple(hold for hold in self.holds if hold.live(now))
+
+    def paused(self, now: float) -> Scope:
+        """The queues paused at store time ``now``."""
+        scope = NOTHING
+        for hold in self.live_holds(now):
+            scope = scope | hold.scope
+        return scope
+
+    def next_expiry(self, now: float) -> float | None:
+        """Store time of the next auto-resume, if any hold has one."""
+        times = [h.resume_at for h in self.live_holds(now) if h.resume_at is not None]
+        return min(times, default=None)
+
+    def with_holds(self, holds: Iterable[Hold]) -> PauseState:
+        """The next generation, holding ``holds``."""
+        return replace(self, generation=self.generation + 1, holds=tuple(holds))
+
+    def encode(self) -> bytes:
+        doc = {
+            "schema": SCHEMA,
+            "generation": self.generation,
+            "holds": [hold.to_json() for hold in self.holds],
+        }
+        return json.dumps(doc, separators=(",", ":")).encode()
+
+    @classmethod
+    def decode(cls, raw: bytes | str | None) -> PauseState:
+        """Decode stored state; unreadable state decodes as paused, never as running."""
+        if raw is None:
+            return cls()
+        try:
+            doc = json.loads(raw)
+            if not isinstance(doc, dict):
+                raise ValueError(f"expected an object, got {type(doc).__name__}")
+            if doc.get("schema") != SCHEMA:
+                raise ValueError(f"unknown schema {doc.get('schema')!r}")
+            generation = doc["generation"]
+            if not isinstance(generation, int) or isinstance(generation, bool):
+                raise ValueError(f"generation is {generation!r}")
+            holds = doc["holds"]
+            if not isinstance(holds, list):
+                raise ValueError(f"holds is {type(holds).__name__}")
+        except (ValueError, KeyError, TypeError, RecursionError) as exc:
+            detail = f"unreadable pause state: {exc}"[:200]
+            return cls(generation=0, holds=(unreadable_hold(detail),))
+        return cls(generation=generation, holds=tuple(Hold.from_json(h) for h in holds))
+
+
+def format_time(timestamp: float) -> str:
+    """ISO 8601 in UTC, to the second."""
+    from datetime import datetime, timezone
+
+    moment = datetime.fromtimestamp(timestamp, tz=timezone.utc)
+    return moment.strftime("%Y-%m-%d %H:%M:%SZ")
+
+
+def _str(value: Any) -> str:
+    if not isinstance(value, str):
+        raise TypeError(f"expected a string, got {type(value).__name__}")
+    return value
+
+
+def _opt_str(value: Any) -> str | None:
+    return None if value is None else _str(value)

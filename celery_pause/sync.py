@@ -1,0 +1,174 @@
+"""The worker's link to the store: a background thread that reads and reports.
+
+Store I/O never runs on the consumer's event loop. The thread reads the state
+every ``pause_poll_interval`` seconds (or at once when told by the
+``pause_refresh`` broadcast), hands changes to the loop, and publishes the
+worker's report: on change, while tasks in a paused scope are still running,
+and as a heartbeat.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable
+
+from .conf import PauseConfig
+from .errors import StoreError
+from .gate import Gate
+from .report import APPLIED, STARTING, WorkerReport
+from .state import Scope
+from .stores import Snapshot, Store
+
+logger = logging.getLogger(__name__)
+
+DRAIN_CHECK = 0.02
+"""Seconds between local checks of running tasks while a pause drains."""
+ERROR_LOG_EVERY = 30.0
+
+
+class StoreSync(threading.Thread):
+    """Keeps one worker in step with the store."""
+
+    def __init__(
+        self,
+        *,
+        store: Store,
+        config: PauseConfig,
+        hostname: str,
+        gate: Gate,
+        deliver: Callable[[Snapshot], None],
+        return_expired: Callable[[], None],
+    ) -> None:
+        super().__init__(name="celery-pause-sync", daemon=True)
+        self.store = store
+        self.config = config
+        self.hostname = hostname
+        self.gate = gate
+        self._deliver = deliver
+        self._return_expired = return_expired
+        self._wake = threading.Event()
+        self._stopping = threading.Event()
+        self._read_requested = True
+        self.applied: tuple[int, Scope] | None = None
+        self._published: tuple[object, ...] | None = None
+        self._next_heartbeat = 0.0
+        self._error_logged_at = float("-inf")
+        self.store_ok = True
+        self.next_expiry: float | None = None
+        self._expiry_local = 0.0
+
+    # -- called from other threads ------------------------------------------------
+    def refresh(self) -> None:
+        """Read the store now (the push path)."""
+        self._read_requested = True
+        self._wake.set()
+
+    def mark_applied(self, generation: int, scope: Scope) -> None:
+        """The loop applied ``generation``: publish that at once."""
+        self.applied = (generation, scope)
+        self._wake.set()
+
+    def stop(self) -> None:
+        self._stopping.set()
+        self._wake.set()
+        if self.is_alive() and threading.current_thread() is not self:
+            self.join(timeout=5)
+
+    # -- called before the thread starts --------------------------------------------
+    def read_once(self) -> Snapshot | None:
+        """Register as starting, then read the state; ``None`` if the store is unreachable."""
+        try:
+            self.store.put_worker(self._report(STARTING, -1, None, ()))
+            return self.store.read()
+        except StoreError as exc:
+            self._log_store_error(exc)
+            return None
+
+    # -- the thread -----------------------------------------------------------------
+    def run(self) -> None:
+        next_read = 0.0
+        while not self._stopping.is_set():
+            if self._read_requested or time.monotonic() >= next_read:
+                self._read_requested = False
+                self._read()
+                next_read = time.monotonic() + self._read_interval()
+            self._publish()
+            self._maybe_return_expired()
+            self._wake.wait(max(0.0, self._timeout(next_read)))
+            self._wake.clear()
+
+    def _read(self) -> None:
+        try:
+            snapshot = self.store.read()
+        except StoreError as exc:
+            self._log_store_error(exc)
+            return
+        if not self.store_ok:
+            logger.warning("celery-pause: store %s is reachable again", self.store.display_url)
+        self.store_ok = True
+        self.next_expiry = snapshot.state.next_expiry(snapshot.now)
+        self._expiry_local = time.monotonic() + (
+            self.next_expiry - snapshot.now if self.next_expiry is not None else 0
+        )
+        self._deliver(snapshot)
+
+    def _read_interval(self) -> float:
+        interval = self.config.poll_interval
+        if self.next_expiry is not None:
+            interval = min(interval, max(self._expiry_local - time.monotonic(), 0.0) + 0.001)
+        return interval
+
+    def _timeout(self, next_read: float) -> float:
+        now = time.monotonic()
+        timeout = min(next_read, self._next_heartbeat) - now
+        if self.applied is not None and self.gate.running(self.applied[1]):
+            timeout = min(timeout, DRAIN_CHECK)
+        if self.gate.held:
+            oldest = self.gate.held[0][1]
+            timeout = min(timeout, oldest + self.config.max_hold - now)
+        return timeout
+
+    def _publish(self) -> None:
+        if self.applied is None:
+            return
+        generation, scope = self.applied
+        running = tuple(self.gate.running(scope))
+        key = (generation, scope, running, len(self.gate.held))
+        if key == self._published and time.monotonic() < self._next_heartbeat:
+            return
+        try:
+            self.store.put_worker(self._report(APPLIED, generation, scope.names(), running))
+        except StoreError as exc:
+            self._log_store_error(exc)
+            return
+        self._published = key
+        self._next_heartbeat = time.monotonic() + self.config.worker_ttl / 3
+
+    def _maybe_return_expired(self) -> None:
+        held = self.gate.held
+        if held and held[0][1] + self.config.max_hold <= time.monotonic():
+            self._return_expired()
+
+    def _report(
+        self, status: str, generation: int, paused: list[str] | None, running: tuple[str, ...]
+    ) -> WorkerReport:
+        return WorkerReport(
+            hostname=self.hostname,
+            pid=os.getpid(),
+            status=status,
+            generation=generation,
+            paused=paused,
+            running=running,
+            held=len(self.gate.held),
+            seen=self.store.now(),
+        )
+
+    def _log_store_error(self, exc: StoreError) -> None:
+        self.store_ok = False
+        now = time.monotonic()
+        if now - self._error_logged_at >= ERROR_LOG_EVERY:
+            self._error_logged_at = now
+            logger.error("celery-pause: %s; keeping the last known pause state, retrying", exc)

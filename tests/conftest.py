@@ -1,0 +1,31 @@
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from .harness import AMQP_BROKER, REDIS_BROKER, Cluster, require
+
+
+@pytest.fixture(params=["redis", "amqp"])
+def broker(request: pytest.FixtureRequest) -> str:
+    """Each behaviour test runs once on Redis and once on RabbitMQ."""
+    require("Redis", "127.0.0.1", 6379)
+    if request.param == "amqp":
+        require("RabbitMQ", "127.0.0.1", 5672)
+        return AMQP_BROKER
+    return REDIS_BROKER
+
+
+@pytest.fixture
+def redis_url() -> str:
+    require("Redis", "127.0.0.1", 6379)
+    return REDIS_BROKER
+
+
+@pytest.fixture
+def cluster(broker: str, tmp_path: Path) -> Iterator[Cluster]:
+    world = Cluster(broker=broker, tmp=tmp_path)
+    yield world
+    world.close()

@@ -1,0 +1,213 @@
+"""Real worker subprocesses, and polling with a deadline, for the behaviour tests."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Callable
+from contextlib import suppress
+from pathlib import Path
+from typing import Any, TypeVar
+
+import pytest
+import redis
+from celery import Celery
+
+import celery_pause
+
+from .proj import RECORD_TASK, RECORDS_URL, make_app
+
+REDIS_BROKER = "redis://127.0.0.1:6379/14"
+AMQP_BROKER = "amqp://guest:guest@127.0.0.1:5672//"
+REDIS_STORE = "redis://127.0.0.1:6379/14"
+ROOT = Path(__file__).resolve().parent.parent
+
+T = TypeVar("T")
+
+
+def answers(host: str, port: int) -> bool:
+    with suppress(OSError), socket.create_connection((host, port), timeout=1):
+        return True
+    return False
+
+
+def require(service: str, host: str, port: int) -> None:
+    """Skip without the service on a laptop; fail in CI, where it must be there."""
+    if answers(host, port):
+        return
+    message = f"{service} is not answering on {host}:{port}"
+    if os.environ.get("CI"):
+        pytest.fail(f"{message} (CI must start it)")
+    pytest.skip(message)
+
+
+def wait_for(
+    probe: Callable[[], T], *, timeout: float, what: str, interval: float = 0.02
+) -> T:
+    """Poll ``probe`` until it returns something truthy; fail after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = probe()
+        if value:
+            return value
+        if time.monotonic() >= deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        time.sleep(interval)
+
+
+class Worker:
+    """A real ``celery worker`` subprocess (prefork unless told otherwise)."""
+
+    def __init__(self, cluster: Cluster, name: str, args: list[str], env: dict[str, str]) -> None:
+        self.cluster = cluster
+        self.name = name
+        self.hostname = f"{name}@{cluster.namespace}"
+        self.log = cluster.tmp / f"{name}.log"
+        self._args = args
+        self._env = env
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> Worker:
+        with open(self.log, "ab") as log:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "celery", "-A", "tests.proj", "worker",
+                 "-n", self.hostname, "--without-mingle", "--without-gossip",
+                 "-l", "info", *self._args],
+                cwd=ROOT, env=self._env, stdout=log, stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        return self
+
+    def wait_applied(self, generation: int = 0, timeout: float = 30.0) -> celery_pause.WorkerReport:
+        """Wait until this worker reports it applied ``generation`` (or later)."""
+
+        def applied() -> celery_pause.WorkerReport | None:
+            self.check_alive()
+            for report in celery_pause.status(self.cluster.app).workers:
+                if report.hostname == self.hostname and report.status == "applied":
+                    if report.generation >= generation:
+                        return report
+            return None
+
+        return wait_for(applied, timeout=timeout, what=f"{self.hostname} to apply gen {generation}")
+
+    def check_alive(self) -> None:
+        if self.proc is not None and self.proc.poll() is not None:
+            raise AssertionError(f"{self.hostname} exited with {self.proc.returncode}:\n{self.tail()}")
+
+    def stop(self, timeout: float = 30.0) -> int | None:
+        """Warm shutdown (SIGTERM), escalating to SIGKILL after ``timeout`` seconds."""
+        if self.proc is None or self.proc.poll() is not None:
+            return self.proc.returncode if self.proc else None
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            return self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            raise AssertionError(f"{self.hostname} did not stop within {timeout}s") from None
+
+    def kill(self) -> None:
+        """SIGKILL the worker and its pool processes."""
+        if self.proc is not None and self.proc.poll() is None:
+            with suppress(ProcessLookupError):
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(10)
+
+    def tail(self, lines: int = 40) -> str:
+        try:
+            return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return "<no log>"
+
+
+class Cluster:
+    """One test's private world: namespace, client app, workers, records."""
+
+    def __init__(
+        self, *, broker: str, tmp: Path, store: str | None = None, poll_interval: float = 1.0,
+        **extra: Any,
+    ) -> None:
+        self.namespace = "t" + uuid.uuid4().hex[:10]
+        self.broker = broker
+        self.store_url = store or REDIS_STORE
+        self.tmp = tmp
+        self.poll_interval = poll_interval
+        self.extra = extra
+        self.app: Celery = make_app(
+            namespace=self.namespace, broker=broker, store=self.store_url,
+            poll_interval=poll_interval, **extra,
+        )
+        self.records_client = redis.Redis.from_url(RECORDS_URL)
+        self.record_key = f"celery-pause-test:{self.namespace}:records"
+        self.workers: list[Worker] = []
+
+    def queue(self, name: str = "default") -> str:
+        return f"{self.namespace}.{name}"
+
+    def worker(
+        self, name: str = "w1", *, queues: list[str] | None = None, concurrency: int = 1,
+        pool: str = "prefork", extra: dict[str, Any] | None = None, start: bool = True,
+    ) -> Worker:
+        env = {
+            **os.environ,
+            "PAUSE_TEST_NAMESPACE": self.namespace,
+            "PAUSE_TEST_BROKER": self.broker,
+            "PAUSE_TEST_STORE": self.store_url,
+            "PAUSE_TEST_POLL": str(self.poll_interval),
+            "PAUSE_TEST_EXTRA": json.dumps({**self.extra, **(extra or {})}),
+            "PYTHONPATH": str(ROOT),
+        }
+        names = ",".join(queues or [self.queue()])
+        args = ["-P", pool, "-c", str(concurrency), "-Q", names]
+        worker = Worker(self, name, args, env)
+        self.workers.append(worker)
+        return worker.start() if start else worker
+
+    def send(
+        self, tag: str, duration: float = 0.0, *, queue: str | None = None, **options: Any
+    ) -> str:
+        result = self.app.send_task(
+            RECORD_TASK, args=(tag, duration), queue=queue or self.queue(), **options
+        )
+        return str(result.id)
+
+    def records(self) -> list[dict[str, Any]]:
+        return [json.loads(raw) for raw in self.records_client.lrange(self.record_key, 0, -1)]
+
+    def started_between(self, start: float, end: float) -> list[dict[str, Any]]:
+        return [r for r in self.records() if start <= r["started"] < end]
+
+    def wait_records(self, count: int, timeout: float = 60.0) -> list[dict[str, Any]]:
+        return wait_for(
+            lambda: (records := self.records()) if len(records) >= count else None,
+            timeout=timeout, what=f"{count} task starts (have {len(self.records())})",
+        )
+
+    def close(self) -> None:
+        for worker in self.workers:
+            with suppress(AssertionError):
+                worker.stop(timeout=20)
+            worker.kill()
+        store = celery_pause.stores.store_for(self.app)
+        prefix = f"celery-pause-test:{self.namespace}"
+        if self.store_url.startswith("redis"):
+            client = redis.Redis.from_url(self.store_url)
+            for key in client.scan_iter(f"{prefix}*"):
+                client.delete(key)
+        store.close()
+        self.records_client.delete(self.record_key)
+        self._delete_queues()
+
+    def _delete_queues(self) -> None:
+        names = {self.queue(), *(q for w in self.workers for q in w._args[w._args.index("-Q") + 1].split(","))}
+        with suppress(Exception), self.app.connection_for_write() as conn:
+            channel = conn.default_channel
+            for name in names:
+                with suppress(Exception):
+                    channel.queue_delete(name)

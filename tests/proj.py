@@ -1,0 +1,81 @@
+"""The app that real worker subprocesses run in the tests; tasks record when they start.
+
+Each test gets its own namespace: queue names, store prefix, control exchange
+and record key all derive from it, so tests (and test runs) never share state.
+The worker reads its settings from ``PAUSE_TEST_*`` environment variables; the
+test process builds the same app with :func:`make_app`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from typing import Any
+
+import redis
+from celery import Celery
+
+import celery_pause
+
+RECORDS_URL = "redis://127.0.0.1:6379/13"
+RECORD_TASK = "tests.proj.record"
+
+
+def make_app(
+    *,
+    namespace: str,
+    broker: str,
+    store: str | None = None,
+    poll_interval: float = 1.0,
+    **extra: Any,
+) -> Celery:
+    """An app whose queues, store keys and control exchange are private to ``namespace``."""
+    app = Celery("celery_pause_tests", set_as_current=False)
+    app.conf.update(
+        broker_url=broker,
+        pause_store_url=store or broker,
+        pause_key_prefix=f"celery-pause-test:{namespace}",
+        pause_poll_interval=poll_interval,
+        task_default_queue=f"{namespace}.default",
+        control_exchange=f"ctl-{namespace}",
+        event_exchange=f"ev-{namespace}",
+        broker_connection_retry_on_startup=True,
+        worker_hijack_root_logger=False,
+        worker_redirect_stdouts=False,
+        **extra,
+    )
+    celery_pause.install(app)
+    records = redis.Redis.from_url(RECORDS_URL)
+    record_key = f"celery-pause-test:{namespace}:records"
+
+    @app.task(name=RECORD_TASK, bind=True)
+    def record(self: Any, tag: str, duration: float = 0.0) -> str:
+        """Record this task's start (id, tag, queue, time, worker), then work for ``duration``."""
+        entry = {
+            "id": self.request.id,
+            "tag": tag,
+            "queue": (self.request.delivery_info or {}).get("routing_key"),
+            "started": time.time(),
+            "worker": self.request.hostname,
+        }
+        records.rpush(record_key, json.dumps(entry))
+        time.sleep(duration)
+        return tag
+
+    return app
+
+
+def app_from_env() -> Celery:
+    extra = json.loads(os.environ.get("PAUSE_TEST_EXTRA", "{}"))
+    return make_app(
+        namespace=os.environ["PAUSE_TEST_NAMESPACE"],
+        broker=os.environ["PAUSE_TEST_BROKER"],
+        store=os.environ.get("PAUSE_TEST_STORE"),
+        poll_interval=float(os.environ.get("PAUSE_TEST_POLL", "1.0")),
+        **extra,
+    )
+
+
+if "PAUSE_TEST_NAMESPACE" in os.environ:
+    app = app_from_env()
