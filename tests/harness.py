@@ -184,10 +184,11 @@ class Cluster:
         return [r for r in self.records() if start <= r["started"] < end]
 
     def wait_records(self, count: int, timeout: float = 60.0) -> list[dict[str, Any]]:
-        return wait_for(
-            lambda: (records := self.records()) if len(records) >= count else None,
-            timeout=timeout, what=f"{count} task starts (have {len(self.records())})",
-        )
+        def enough() -> list[dict[str, Any]] | None:
+            records = self.records()
+            return records if len(records) >= count else None
+
+        return wait_for(enough, timeout=timeout, what=f"{count} task starts")
 
     def close(self) -> None:
         for worker in self.workers:
