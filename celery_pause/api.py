@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import getpass
+import itertools
 import logging
+import math
 import socket
 import time
 from collections.abc import Callable, Iterable
@@ -16,7 +18,7 @@ from .conf import config_for
 from .control import REFRESH
 from .errors import AlreadyPaused, InvalidInput, PauseTimeout
 from .report import WorkerReport
-from .state import MANUAL, Hold, PauseState, Scope
+from .state import MANUAL, Hold, PauseState, Scope, format_time
 from .stores import Store, store_for
 
 logger = logging.getLogger(__name__)
@@ -24,6 +26,7 @@ logger = logging.getLogger(__name__)
 MAX_QUEUES = 100
 MAX_QUEUE_NAME = 200
 MAX_REASON = 1000
+MAX_OPERATOR = 200
 WAIT_POLL = 0.01
 
 Progress = Callable[[list[WorkerReport]], None]
@@ -75,6 +78,7 @@ def pause(
     wait: bool = False,
     timeout: float = 30.0,
     progress: Progress | None = None,
+    notify: bool = True,
 ) -> PauseResult:
     """Pause ``queues`` (every queue by default) on every worker.
 
@@ -82,12 +86,13 @@ def pause(
     and runs no task of the paused scope; raise :class:`PauseTimeout` naming the
     busy workers if that takes longer than ``timeout`` seconds (the pause stays).
     Raises :class:`AlreadyPaused` if a manual hold covers any of the queues,
-    unless ``force=True``, which replaces it.
+    unless ``force=True``, which replaces it. With ``notify=False`` no broadcast
+    is sent and workers apply the pause at their next poll (``pause_poll_interval``).
     """
     scope = Scope.of(check_queues(queues))
     reason = check_reason(reason)
     after = check_resume(resume_after, resume_at)
-    by = paused_by or default_operator()
+    by = check_operator(paused_by) or default_operator()
     replaced: list[Hold] = []
 
     def add_hold(state: PauseState, now: float) -> PauseState:
@@ -97,6 +102,10 @@ def pause(
             raise AlreadyPaused(conflicts)
         replaced[:] = conflicts
         until = after(now)
+        if until is not None and until <= now:
+            raise InvalidInput(
+                f"resume_at {format_time(until)} is not in the future (now {format_time(now)})"
+            )
         hold = Hold(
             scope=scope, source=MANUAL, paused_by=by, reason=reason, paused_at=now, resume_at=until
         )
@@ -104,7 +113,8 @@ def pause(
 
     store = store_for(app)
     snapshot, _ = store.update(add_hold)
-    notify_workers(app)
+    if notify:
+        notify_workers(app)
     hold = snapshot.state.holds[-1]
     generation = snapshot.state.generation
     workers = wait_until_quiet(app, generation, timeout, progress) if wait else []
@@ -112,12 +122,18 @@ def pause(
 
 
 def resume(
-    app: Celery, *, queues: Iterable[str] | str | None = None, force: bool = False
+    app: Celery,
+    *,
+    queues: Iterable[str] | str | None = None,
+    force: bool = False,
+    notify: bool = True,
 ) -> ResumeResult:
     """Remove the manual holds on ``queues`` (every queue by default).
 
-    Holds owned by a circuit breaker stay unless ``force=True``. A hold on every
-    queue cannot be lifted for some queues only: it stays, and is reported.
+    Holds owned by a circuit breaker stay unless ``force=True``, which also
+    removes a hold standing for unreadable state. A hold on every queue cannot
+    be lifted for some queues only: it stays, and is reported. With
+    ``notify=False`` workers apply the change at their next poll.
     """
     scope = Scope.of(check_queues(queues))
     removed: list[Hold] = []
@@ -137,7 +153,7 @@ def resume(
 
     store = store_for(app)
     snapshot, changed = store.update(lift)
-    if changed:
+    if changed and notify:
         notify_workers(app)
     remaining = tuple(
         hold for hold in snapshot.state.live_holds(snapshot.now) if hold.scope.overlaps(scope)
@@ -161,14 +177,24 @@ def status(app: Celery) -> ClusterStatus:
 def wait_until_quiet(
     app: Celery, generation: int, timeout: float, progress: Progress | None = None
 ) -> list[WorkerReport]:
-    """Poll worker reports until every live worker applied ``generation`` and is idle in scope."""
+    """Poll worker reports until every live worker applied ``generation`` and is idle in scope.
+
+    A report of a generation above the stored one predates a reset of the state
+    (the state was lost, or unreadable and then repaired, which restarts the
+    count): that worker has not read the current state yet, so it is not quiet.
+    """
     store = store_for(app)
     deadline = time.monotonic() + timeout
     while True:
         workers = live_workers(app, store, store.now())
+        current = store.read().state.generation
         if progress is not None:
             progress(workers)
-        busy = {w.hostname: list(w.running) for w in workers if not w.quiet_for(generation)}
+        busy = {
+            w.hostname: list(w.running)
+            for w in workers
+            if not w.quiet_for(generation) or w.generation > current
+        }
         if not busy:
             return workers
         if time.monotonic() >= deadline:
@@ -203,11 +229,11 @@ def lifted_scope(hold: Hold, lifted: Scope) -> Scope:
 def check_queues(queues: Iterable[str] | str | None) -> list[str] | None:
     if queues is None:
         return None
-    names = [queues] if isinstance(queues, str) else list(queues)
+    names = [queues] if isinstance(queues, str) else list(itertools.islice(queues, MAX_QUEUES + 1))
     if not names:
         raise InvalidInput("queues must name at least one queue (or be None for all)")
     if len(names) > MAX_QUEUES:
-        raise InvalidInput(f"at most {MAX_QUEUES} queues at once, got {len(names)}")
+        raise InvalidInput(f"at most {MAX_QUEUES} queues at once, got more than that")
     for name in names:
         if not isinstance(name, str) or not name.strip():
             raise InvalidInput(f"queue names must be non-empty strings, got {name!r}")
@@ -217,9 +243,19 @@ def check_queues(queues: Iterable[str] | str | None) -> list[str] | None:
 
 
 def check_reason(reason: str | None) -> str | None:
+    if reason is not None and not isinstance(reason, str):
+        raise InvalidInput(f"reason must be a string, got {type(reason).__name__}")
     if reason is not None and len(reason) > MAX_REASON:
         raise InvalidInput(f"reason longer than {MAX_REASON} characters ({len(reason)})")
     return reason
+
+
+def check_operator(paused_by: str | None) -> str | None:
+    if paused_by is not None and not isinstance(paused_by, str):
+        raise InvalidInput(f"paused_by must be a string, got {type(paused_by).__name__}")
+    if paused_by is not None and len(paused_by) > MAX_OPERATOR:
+        raise InvalidInput(f"paused_by longer than {MAX_OPERATOR} characters ({len(paused_by)})")
+    return paused_by
 
 
 def check_resume(
@@ -232,15 +268,37 @@ def check_resume(
         seconds = (
             resume_after.total_seconds()
             if isinstance(resume_after, timedelta)
-            else float(resume_after)
+            else _seconds(resume_after, "resume_after")
         )
-        if not seconds > 0:
-            raise InvalidInput(f"resume_after must be positive, got {resume_after!r}")
+        if not (seconds > 0 and math.isfinite(seconds)):
+            raise InvalidInput(f"resume_after must be positive and finite, got {resume_after!r}")
         return lambda now: now + seconds
     if resume_at is not None:
-        at = resume_at.timestamp() if isinstance(resume_at, datetime) else float(resume_at)
+        at = (
+            _timestamp(resume_at)
+            if isinstance(resume_at, datetime)
+            else _seconds(resume_at, "resume_at")
+        )
+        if not math.isfinite(at):
+            raise InvalidInput(f"resume_at must be a finite time, got {resume_at!r}")
         return lambda now: at
     return lambda now: None
+
+
+def _timestamp(moment: datetime) -> float:
+    try:
+        return moment.timestamp()
+    except (OverflowError, ValueError, OSError):
+        raise InvalidInput(f"resume_at is out of range: {moment!r}") from None
+
+
+def _seconds(value: object, name: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise InvalidInput(f"{name} must be a number of seconds, got {type(value).__name__}")
+    try:
+        return float(value)
+    except OverflowError:
+        raise InvalidInput(f"{name} is out of range") from None
 
 
 def default_operator() -> str:

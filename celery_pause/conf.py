@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Any
 
 from celery import Celery
+from celery.app import utils as celery_app_utils
 
 from .errors import ConfigurationError
 
@@ -47,6 +49,19 @@ class PauseConfig:
             worker_ttl=max(_positive(values, "pause_worker_ttl"), 3 * poll_interval),
             store_timeout=_positive(values, "pause_store_timeout"),
         )
+
+
+def censor_store_url() -> None:
+    """Have Celery mask ``pause_store_url`` (it may hold a password) in ``inspect conf``
+    and ``celery report``, as it masks settings whose names contain PASS, KEY, …"""
+    hidden = celery_app_utils.HIDDEN_SETTINGS
+    if "PAUSE_STORE_URL" not in hidden.pattern:
+        celery_app_utils.HIDDEN_SETTINGS = re.compile(
+            hidden.pattern + "|PAUSE_STORE_URL", hidden.flags
+        )
+
+
+censor_store_url()
 
 
 def config_for(app: Celery) -> PauseConfig:

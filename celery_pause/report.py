@@ -36,6 +36,10 @@ class WorkerReport:
         try:
             data: dict[str, Any] = json.loads(raw)
             paused = data.get("paused")
+            if not isinstance(data.get("running", []), list) or not isinstance(
+                paused, (list, type(None))
+            ):
+                raise TypeError("running and paused must be lists")
             return cls(
                 hostname=str(data["hostname"]),
                 pid=int(data["pid"]),
@@ -46,5 +50,5 @@ class WorkerReport:
                 held=int(data.get("held", 0)),
                 seen=float(data["seen"]),
             )
-        except (ValueError, KeyError, TypeError, AttributeError):
+        except (ValueError, KeyError, TypeError, AttributeError, OverflowError, RecursionError):
             return None

@@ -8,6 +8,7 @@ the store's clock. Every change to the state increases its generation.
 from __future__ import annotations
 
 import json
+import math
 import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
@@ -17,6 +18,8 @@ SCHEMA = 1
 MANUAL = "manual"
 BREAKER_PREFIX = "breaker:"
 UNREADABLE = "unreadable"
+SHOWN_TEXT = 1000
+"""Longest reason or operator name shown by :meth:`Hold.describe` (longer ones are clipped)."""
 
 
 @dataclass(frozen=True)
@@ -56,7 +59,10 @@ class Scope:
             return "all queues"
         if not self.queues:
             return "no queue"
-        return ", ".join(sorted(self.queues))
+        names = ", ".join(sorted(self.queues))
+        if len(names) <= SHOWN_TEXT:
+            return names
+        return f"{names[:SHOWN_TEXT]}… ({len(self.queues)} queues)"
 
 
 NOTHING = Scope()
@@ -86,11 +92,11 @@ class Hold:
     def describe(self) -> str:
         parts = [f"{self.source} hold on {self.scope.describe()}"]
         if self.paused_by:
-            parts.append(f"by {self.paused_by}")
+            parts.append(f"by {_clip(self.paused_by)}")
         if self.paused_at:
             parts.append(f"at {format_time(self.paused_at)}")
         if self.reason:
-            parts.append(f"({self.reason!r})")
+            parts.append(f"({_clip(self.reason)!r})")
         return " ".join(parts)
 
     def to_json(self) -> dict[str, Any]:
@@ -110,7 +116,7 @@ class Hold:
         try:
             queues = data["queues"]
             if queues is not None and not (
-                isinstance(queues, list) and all(isinstance(q, str) for q in queues)
+                isinstance(queues, list) and queues and all(isinstance(q, str) for q in queues)
             ):
                 raise ValueError(f"queues is {queues!r}")
             resume_at = data.get("resume_at")
@@ -120,10 +126,10 @@ class Hold:
                 source=_str(data["source"]),
                 paused_by=_opt_str(data.get("paused_by")),
                 reason=_opt_str(data.get("reason")),
-                paused_at=float(data["paused_at"]),
-                resume_at=None if resume_at is None else float(resume_at),
+                paused_at=_number(data["paused_at"]),
+                resume_at=None if resume_at is None else _number(resume_at),
             )
-        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        except (KeyError, TypeError, ValueError, AttributeError, OverflowError) as exc:
             return unreadable_hold(f"unreadable hold: {exc!r}"[:200])
 
 
@@ -175,10 +181,11 @@ class PauseState:
             doc = json.loads(raw)
             if not isinstance(doc, dict):
                 raise ValueError(f"expected an object, got {type(doc).__name__}")
-            if doc.get("schema") != SCHEMA:
-                raise ValueError(f"unknown schema {doc.get('schema')!r}")
+            schema = doc.get("schema")
+            if type(schema) is not int or schema != SCHEMA:
+                raise ValueError(f"unknown schema {schema!r}")
             generation = doc["generation"]
-            if not isinstance(generation, int) or isinstance(generation, bool):
+            if type(generation) is not int or generation < 0:
                 raise ValueError(f"generation is {generation!r}")
             holds = doc["holds"]
             if not isinstance(holds, list):
@@ -193,7 +200,10 @@ def format_time(timestamp: float) -> str:
     """ISO 8601 in UTC, to the second."""
     from datetime import datetime, timezone
 
-    moment = datetime.fromtimestamp(timestamp, tz=timezone.utc)
+    try:
+        moment = datetime.fromtimestamp(timestamp, tz=timezone.utc)
+    except (OverflowError, ValueError, OSError):
+        return f"{timestamp!r} (out of range)"
     return moment.strftime("%Y-%m-%d %H:%M:%SZ")
 
 
@@ -205,3 +215,17 @@ def _str(value: Any) -> str:
 
 def _opt_str(value: Any) -> str | None:
     return None if value is None else _str(value)
+
+
+def _number(value: Any) -> float:
+    """A finite JSON number; strings, booleans, NaN and infinities are not times."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"expected a number, got {type(value).__name__}")
+    number = float(value)  # OverflowError for an int too large for a float
+    if not math.isfinite(number):
+        raise ValueError(f"expected a finite number, got {number!r}")
+    return number
+
+
+def _clip(text: str) -> str:
+    return text if len(text) <= SHOWN_TEXT else text[:SHOWN_TEXT] + "…"

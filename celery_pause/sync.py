@@ -91,13 +91,20 @@ class StoreSync(threading.Thread):
     def run(self) -> None:
         next_read = 0.0
         while not self._stopping.is_set():
-            if self._read_requested or time.monotonic() >= next_read:
-                self._read_requested = False
-                self._read()
-                next_read = time.monotonic() + self._read_interval()
-            self._publish()
-            self._maybe_return_expired()
-            self._wake.wait(max(0.0, self._timeout(next_read)))
+            try:
+                if self._read_requested or time.monotonic() >= next_read:
+                    self._read_requested = False
+                    self._read()
+                    next_read = time.monotonic() + self._read_interval()
+                self._publish()
+                self._maybe_return_expired()
+                timeout = self._timeout(next_read)
+            except Exception:
+                # A bug must not end the thread: the worker would stop following the store.
+                logger.exception("celery-pause: the store thread failed; retrying")
+                next_read = time.monotonic() + self.config.poll_interval
+                timeout = self.config.poll_interval
+            self._wake.wait(max(0.0, timeout))
             self._wake.clear()
 
     def _read(self) -> None:

@@ -24,9 +24,10 @@ def parse_duration(text: str) -> timedelta:
                 f"not a duration: {text[:40]!r} (use e.g. 90s, 30m, 2h, 1h30m or seconds)"
             ) from None
         seconds = sum(float(number) * UNITS[unit] for number, unit in parts)
-    if not 0 < seconds <= MAX_DURATION.total_seconds() or seconds != seconds:
+    duration = timedelta(seconds=seconds) if 0 < seconds <= MAX_DURATION.total_seconds() else None
+    if not duration:  # out of range, NaN, or too small to count (under a microsecond)
         raise InvalidInput(f"duration must be positive and at most 366 days: {text[:40]!r}")
-    return timedelta(seconds=seconds)
+    return duration
 
 
 def parse_datetime(text: str) -> datetime:
@@ -40,4 +41,9 @@ def parse_datetime(text: str) -> datetime:
         raise InvalidInput(
             f"not an ISO 8601 date-time: {text[:40]!r} (e.g. 2026-01-28T14:00 or …T14:00Z)"
         ) from None
-    return moment if moment.tzinfo else moment.astimezone()
+    if moment.tzinfo:
+        return moment
+    try:
+        return moment.astimezone()
+    except (OverflowError, ValueError, OSError):
+        raise InvalidInput(f"date-time out of range: {text[:40]!r} (add a zone, e.g. …Z)") from None

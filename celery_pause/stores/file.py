@@ -27,7 +27,7 @@ class FileStore(Store):
         super().__init__(url, prefix)
         path = unquote(urlsplit(url).path)
         if not path:
-            raise StoreError(f"file store URL needs a directory: {url!r}")
+            raise StoreError(f"file store URL needs a directory: {self.display_url!r}")
         self.root = Path(path) / quote(prefix, safe="")
         self.state_path = self.root / "state.json"
         self.workers_dir = self.root / "workers"
