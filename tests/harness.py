@@ -145,6 +145,7 @@ class Cluster:
         )
         self.records_client = redis.Redis.from_url(RECORDS_URL)
         self.record_key = f"celery-pause-test:{self.namespace}:records"
+        self.finished_key = f"celery-pause-test:{self.namespace}:finished"
         self.workers: list[Worker] = []
 
     def queue(self, name: str = "default") -> str:
@@ -202,7 +203,7 @@ class Cluster:
             for key in client.scan_iter(f"{prefix}*"):
                 client.delete(key)
         store.close()
-        self.records_client.delete(self.record_key)
+        self.records_client.delete(self.record_key, self.finished_key)
         self._delete_queues()
 
     def _delete_queues(self) -> None:

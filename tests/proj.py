@@ -28,9 +28,14 @@ def make_app(
     broker: str,
     store: str | None = None,
     poll_interval: float = 1.0,
+    install: bool = True,
     **extra: Any,
 ) -> Celery:
-    """An app whose queues, store keys and control exchange are private to ``namespace``."""
+    """An app whose queues, store keys and control exchange are private to ``namespace``.
+
+    ``install=False`` leaves the pause step out (the benchmark's baseline); records go
+    to ``PAUSE_TEST_RECORDS`` when set (the benchmark's private Redis).
+    """
     app = Celery("celery_pause_tests", set_as_current=False)
     app.conf.update(
         broker_url=broker,
@@ -45,22 +50,27 @@ def make_app(
         worker_redirect_stdouts=False,
         **extra,
     )
-    celery_pause.install(app)
-    records = redis.Redis.from_url(RECORDS_URL)
+    if install:
+        celery_pause.install(app)
+    records = redis.Redis.from_url(os.environ.get("PAUSE_TEST_RECORDS", RECORDS_URL))
     record_key = f"celery-pause-test:{namespace}:records"
+    finished_key = f"celery-pause-test:{namespace}:finished"
 
     @app.task(name=RECORD_TASK, bind=True)
     def record(self: Any, tag: str, duration: float = 0.0) -> str:
-        """Record this task's start (id, tag, queue, time, worker), then work for ``duration``."""
+        """Record this task's start (id, tag, queue, time, worker and its main process),
+        work for ``duration``, then record that it finished (under ``finished_key``)."""
         entry = {
             "id": self.request.id,
             "tag": tag,
             "queue": (self.request.delivery_info or {}).get("routing_key"),
             "started": time.time(),
             "worker": self.request.hostname,
+            "worker_pid": os.getppid(),
         }
         records.rpush(record_key, json.dumps(entry))
         time.sleep(duration)
+        records.rpush(finished_key, self.request.id)
         return tag
 
     return app
@@ -73,6 +83,7 @@ def app_from_env() -> Celery:
         broker=os.environ["PAUSE_TEST_BROKER"],
         store=os.environ.get("PAUSE_TEST_STORE"),
         poll_interval=float(os.environ.get("PAUSE_TEST_POLL", "1.0")),
+        install=os.environ.get("PAUSE_TEST_INSTALL", "1") != "0",
         **extra,
     )
 

@@ -1,0 +1,1 @@
+"""The celery-pause benchmark (run ``python bench/run.py``)."""

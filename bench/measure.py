@@ -1,0 +1,292 @@
+"""The measurements, each next to its baseline, on a :class:`~bench.world.World`.
+
+Latencies are measured from task starts: every task records ``time.time()`` when
+its body starts (same host, same clock). A worker has *stopped* when no task
+starts on it any more; its pause latency is the time from the call returning to
+its last task start (0 if none started after the call returned).
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import time
+from collections import defaultdict
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import celery_pause
+from celery_pause import api
+from tests.harness import Worker, wait_for
+
+from .world import Start, World
+
+BACKLOG_HIGH = 600
+
+
+def percentile(values: Sequence[float], pct: float) -> float:
+    """Nearest-rank percentile; NaN for no values."""
+    if not values:
+        return math.nan
+    ordered = sorted(values)
+    rank = max(1, math.ceil(pct / 100 * len(ordered)))
+    return ordered[rank - 1]
+
+
+@dataclass
+class Latencies:
+    """Samples in milliseconds, one per worker per round."""
+
+    samples: list[float] = field(default_factory=list)
+    failures: int = 0
+
+    def add(self, seconds: float) -> None:
+        self.samples.append(seconds * 1000)
+
+    def p(self, pct: float) -> float:
+        return percentile(self.samples, pct)
+
+    def summary(self) -> dict[str, float | int]:
+        return {
+            "p50_ms": round(self.p(50), 2),
+            "p99_ms": round(self.p(99), 2),
+            "max_ms": round(max(self.samples, default=math.nan), 2),
+            "samples": len(self.samples),
+            "failures": self.failures,
+        }
+
+
+# -- throughput -------------------------------------------------------------------------------
+def throughput(world: World, *, tasks: int, rounds: int, concurrency: int) -> dict[str, object]:
+    """Tasks per second with and without the pause step, side by side.
+
+    Both workers drain identical backlogs at the same time, so load from outside
+    the benchmark slows both alike; each rate counts only the window in which
+    both were draining. Which worker is told to start first alternates.
+    """
+    with_step = world.start_workers(
+        ["tp-step"], queue=world.queue("idle-a"), concurrency=concurrency
+    )[0]
+    without = world.start_workers(
+        ["tp-none"], queue=world.queue("idle-b"), concurrency=concurrency, install=False
+    )[0]
+    rates: dict[str, list[float]] = {"step": [], "none": []}
+    try:
+        for number in range(rounds):
+            pair = [("step", with_step), ("none", without)]
+            found = _drain_together(world, pair if number % 2 else pair[::-1], tasks, number)
+            for arm, rate in found.items():
+                rates[arm].append(rate)
+    finally:
+        world.stop_workers([with_step, without])
+    ratios = [s / n for s, n in zip(rates["step"], rates["none"], strict=True)]
+    return {
+        "ratio": round(percentile(ratios, 50), 4),
+        "ratio_of_totals": round(sum(rates["step"]) / sum(rates["none"]), 4),
+        "ratios": [round(r, 4) for r in ratios],
+        "step_tasks_per_s": [round(r, 1) for r in rates["step"]],
+        "none_tasks_per_s": [round(r, 1) for r in rates["none"]],
+        "tasks_per_round": tasks,
+        "concurrency": concurrency,
+    }
+
+
+def _drain_together(
+    world: World, pair: list[tuple[str, Worker]], tasks: int, number: int
+) -> dict[str, float]:
+    """Preload ``tasks`` per worker on new queues; both drain at once; rates in the overlap."""
+    queues = {arm: world.queue(f"tp-{arm}-{number}") for arm, _ in pair}
+    for queue in queues.values():
+        world.send(queue, tasks)
+    world.new_starts()
+    for arm, worker in pair:
+        world.app.control.add_consumer(queues[arm], destination=[worker.hostname], reply=False)
+    starts: dict[str, list[float]] = {arm: [] for arm in queues}
+    arm_of = {queue: arm for arm, queue in queues.items()}
+
+    def drained() -> bool:
+        for start in world.new_starts():
+            if start.queue in arm_of:
+                starts[arm_of[start.queue]].append(start.started)
+        for _, worker in pair:
+            worker.check_alive()
+        return all(len(found) >= tasks for found in starts.values())
+
+    wait_for(drained, timeout=300, what=f"{tasks} tasks on each worker", interval=0.05)
+    for arm, worker in pair:
+        world.app.control.cancel_consumer(queues[arm], destination=[worker.hostname], reply=False)
+    begin = max(min(found) for found in starts.values())
+    end = min(max(found) for found in starts.values())
+    return {
+        arm: sum(1 for t in found if begin <= t <= end) / (end - begin)
+        for arm, found in starts.items()
+    }
+
+
+# -- pause, resume and broadcast latency ---------------------------------------------------------
+class Flow:
+    """Keeps every worker of a group starting tasks from one queue, and reads their starts."""
+
+    def __init__(self, world: World, queue: str, workers: Sequence[Worker]) -> None:
+        self.world = world
+        self.queue = queue
+        self.duration = 0.0  # seconds each task works
+        self.high = BACKLOG_HIGH
+        self.hosts = [w.hostname for w in workers]
+        self.workers = workers
+        self.starts: list[Start] = []
+
+    def refresh(self) -> None:
+        self.starts.extend(s for s in self.world.new_starts() if s.queue == self.queue)
+
+    def flowing_since(self, since: float, per_worker: int = 2, timeout: float = 60) -> None:
+        """Wait until every worker started ``per_worker`` tasks after ``since``."""
+
+        def flowing() -> bool:
+            self.world.top_up(
+                self.queue, low=self.high // 4, high=self.high, duration=self.duration
+            )
+            self.refresh()
+            counts: dict[str, int] = defaultdict(int)
+            for start in self.starts:
+                if start.started >= since:
+                    counts[start.worker] += 1
+            for worker in self.workers:
+                worker.check_alive()
+            return all(counts[h] >= per_worker for h in self.hosts)
+
+        try:
+            wait_for(flowing, timeout=timeout, what="every worker to start tasks", interval=0.005)
+        except AssertionError:
+            late = [h for h in self.hosts if not any(s.worker == h for s in self.starts)]
+            raise AssertionError(
+                f"no task started since {since:.3f} on {late}; logs in {self.world.tmp}"
+            ) from None
+
+    def quiet_since(self, hold: float, timeout: float = 30) -> bool:
+        """Wait until no task started for ``hold`` seconds; False on timeout."""
+        deadline = time.monotonic() + timeout
+        last_count, last_change = self.world.record_count(), time.monotonic()
+        while time.monotonic() < deadline:
+            time.sleep(0.01)
+            count = self.world.record_count()
+            if count != last_count:
+                last_count, last_change = count, time.monotonic()
+            elif time.monotonic() - last_change >= hold:
+                return True
+        return False
+
+    def last_start_after(self, moment: float) -> dict[str, float]:
+        """Per worker: seconds from ``moment`` to its last task start (0 if none after)."""
+        self.refresh()
+        last = {host: 0.0 for host in self.hosts}
+        for start in self.starts:
+            if start.started >= moment and start.worker in last:
+                last[start.worker] = max(last[start.worker], start.started - moment)
+        return last
+
+    def first_start_after(self, since: float, moment: float) -> dict[str, float]:
+        """Per worker: seconds from ``moment`` to its first start after ``since`` (at least 0)."""
+        self.refresh()
+        first: dict[str, float] = {}
+        for start in self.starts:
+            if start.started >= since and start.worker in self.hosts:
+                delay = max(0.0, start.started - moment)
+                first[start.worker] = min(first.get(start.worker, delay), delay)
+        return first
+
+    def prime(self) -> float:
+        """Top up the backlog and wait until every worker flows; the time flow was checked from."""
+        self.world.top_up(self.queue, low=self.high // 2, high=self.high, duration=self.duration)
+        since = time.time()
+        self.flowing_since(since)
+        self.starts = [s for s in self.starts if s.started >= since]
+        return since
+
+
+def pause_round(
+    flow: Flow,
+    paused: Latencies,
+    resumed: Latencies | None,
+    *,
+    notify: bool = True,
+    before: Callable[[], None] | None = None,
+) -> None:
+    """Pause the flowing queue, wait for quiet, record per-worker latency; resume and record."""
+    if before is not None:
+        before()
+    flow.prime()
+    result = celery_pause.pause(flow.world.app, queues=[flow.queue], notify=notify)
+    returned = time.time()
+    api.wait_until_quiet(flow.world.app, result.generation, timeout=60)
+    for seconds in flow.last_start_after(returned).values():
+        paused.add(seconds)
+    asked = time.time()
+    celery_pause.resume(flow.world.app, queues=[flow.queue])
+    returned = time.time()
+    flow.flowing_since(asked, per_worker=1)
+    if resumed is not None:
+        first = flow.first_start_after(asked, returned)
+        for host in flow.hosts:
+            resumed.add(first[host])
+
+
+def broadcast_round(flow: Flow, stopped: Latencies) -> None:
+    """Celery's own ``cancel_consumer`` broadcast, measured the same way, then ``add_consumer``."""
+    app = flow.world.app
+    flow.prime()
+    app.control.cancel_consumer(flow.queue, reply=False)
+    returned = time.time()
+    if not flow.quiet_since(0.5):
+        stopped.failures += 1
+    for seconds in flow.last_start_after(returned).values():
+        stopped.add(seconds)
+    asked = time.time()
+    app.control.add_consumer(flow.queue, reply=False)
+    flow.flowing_since(asked, per_worker=1)
+
+
+def latency_rounds(flow: Flow, rounds: int) -> dict[str, Latencies]:
+    """Interleaved pause/resume and broadcast rounds."""
+    found = {"pause": Latencies(), "resume": Latencies(), "broadcast": Latencies()}
+    for _ in range(rounds):
+        pause_round(flow, found["pause"], found["resume"])
+        broadcast_round(flow, found["broadcast"])
+    return found
+
+
+def fallback_rounds(flow: Flow, rounds: int, poll_interval: float) -> Latencies:
+    """Pauses whose push is lost (``notify=False``): workers find them by polling.
+
+    A random delay before each pause spreads it over the polling cycle. Tasks work
+    for 20 ms here, so that the backlog outlasts a whole polling interval.
+    """
+    found = Latencies()
+    flow.duration, flow.high = 0.02, int(len(flow.hosts) * (poll_interval + 1) / 0.02)
+    for _ in range(rounds):
+        pause_round(
+            flow,
+            found,
+            None,
+            notify=False,
+            before=lambda: time.sleep(random.uniform(0, poll_interval)),
+        )
+    flow.duration, flow.high = 0.0, BACKLOG_HIGH
+    return found
+
+
+# -- idle store load ------------------------------------------------------------------------------
+def idle_store_load(world: World, workers: int, seconds: float) -> dict[str, object]:
+    """Commands per second per idle worker on the store server, by command."""
+    before = world.store_commands()
+    time.sleep(seconds)
+    after = world.store_commands()
+    calls = {name: after.get(name, 0) - before.get(name, 0) for name in after}
+    calls = {name: count for name, count in calls.items() if count}
+    total = sum(calls.values())
+    return {
+        "per_worker_per_s": round(total / seconds / workers, 3),
+        "window_s": seconds,
+        "workers": workers,
+        "calls": calls,
+    }

@@ -1,0 +1,253 @@
+"""celery-pause benchmark: every figure next to its baseline, on real Redis and real workers.
+
+    python bench/run.py                 # the full set (several minutes)
+    python bench/run.py --quick --json  # about two minutes, one JSON object on stdout
+
+Starts two private ``redis-server`` processes (broker, store) on free loopback
+ports and real prefork ``celery worker`` processes; needs ``redis-server`` on PATH.
+Progress goes to stderr; the table (or the JSON object) to stdout.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import platform
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+import celery  # noqa: E402
+import kombu  # noqa: E402
+import redis  # noqa: E402
+
+from bench import measure  # noqa: E402
+from bench.world import World, log, settle  # noqa: E402
+
+POLL_INTERVAL = 2.0  # the default pause_poll_interval
+TARGETS = {
+    "throughput_ratio": ">= 0.98",
+    "pause_p99_ms": "<= 50 and <= 1.5 x broadcast_p99_ms",
+    "fallback_p99_ms": f"<= pause_poll_interval + 100 = {POLL_INTERVAL * 1000 + 100:g}",
+    "resume_p50_ms": "<= 50",
+    "idle_store_cmds_per_s": "<= 1",
+}
+
+
+def plan(quick: bool) -> dict[str, Any]:
+    if quick:
+        return {"tp_tasks": 500, "tp_rounds": 8, "rounds": 16, "scale_rounds": 6,
+                "fallback_rounds": 6, "idle_s": 10.0, "sizes": [1, 4]}  # fmt: skip
+    return {"tp_tasks": 2000, "tp_rounds": 20, "rounds": 100, "scale_rounds": 30,
+            "fallback_rounds": 25, "idle_s": 60.0, "sizes": [1, 4, 16]}  # fmt: skip
+
+
+def run(quick: bool) -> dict[str, Any]:
+    settings = plan(quick)
+    started = time.monotonic()
+    load_before = os.getloadavg()
+    world = World(poll_interval=POLL_INTERVAL)
+    try:
+        log("throughput: one worker with the pause step, one without, alternating")
+        throughput = measure.throughput(
+            world, tasks=settings["tp_tasks"], rounds=settings["tp_rounds"], concurrency=1
+        )
+        scaling: dict[str, Any] = {}
+        main: dict[str, measure.Latencies] = {}
+        idle: dict[str, Any] = {}
+        idle_paused: dict[str, Any] | None = None
+        queue = world.queue("flow")
+        workers: list[Any] = []
+        for size in settings["sizes"]:
+            log(f"starting workers up to {size}")
+            workers += world.start_workers(
+                [f"w{i}" for i in range(len(workers), size)], queue=queue
+            )
+            settle(1.0)
+            flow = measure.Flow(world, queue, workers)
+            rounds = settings["rounds"] if size == 4 else settings["scale_rounds"]
+            log(f"{size} worker(s): {rounds} pause/resume and cancel_consumer rounds")
+            found = measure.latency_rounds(flow, rounds)
+            scaling[str(size)] = {
+                "pause": found["pause"].summary(),
+                "broadcast": found["broadcast"].summary(),
+                "resume": found["resume"].summary(),
+            }
+            if size == 4:
+                main = found
+                log(f"4 workers: {settings['fallback_rounds']} pauses with the push lost")
+                main["fallback"] = measure.fallback_rounds(
+                    flow, settings["fallback_rounds"], POLL_INTERVAL
+                )
+                world.drop_backlog(queue)
+                log(f"4 idle workers: counting store commands for {settings['idle_s']:g}s")
+                settle(POLL_INTERVAL)
+                idle = measure.idle_store_load(world, 4, settings["idle_s"])
+                if not quick:
+                    celery_pause_all(world)
+                    idle_paused = measure.idle_store_load(world, 4, settings["idle_s"])
+                    resume_all(world)
+            if size > 4:
+                world.drop_backlog(queue)
+    except BaseException:
+        world.close(keep_logs=True)
+        log(f"failed; worker logs kept in {world.tmp}")
+        raise
+    world.close()
+    return report(settings, throughput, main, scaling, idle, idle_paused, load_before, started)
+
+
+def celery_pause_all(world: World) -> None:
+    import celery_pause
+
+    celery_pause.pause(world.app, wait=True, timeout=60)
+    settle(POLL_INTERVAL)
+
+
+def resume_all(world: World) -> None:
+    import celery_pause
+
+    celery_pause.resume(world.app)
+
+
+def report(
+    settings: dict[str, Any],
+    throughput: dict[str, Any],
+    main: dict[str, measure.Latencies],
+    scaling: dict[str, Any],
+    idle: dict[str, Any],
+    idle_paused: dict[str, Any] | None,
+    load_before: tuple[float, float, float],
+    started: float,
+) -> dict[str, Any]:
+    def ms(value: float) -> float:
+        return round(value, 2)
+
+    figures: dict[str, Any] = {
+        "throughput_ratio": throughput["ratio"],
+        "pause_p50_ms": ms(main["pause"].p(50)),
+        "pause_p99_ms": ms(main["pause"].p(99)),
+        "broadcast_p50_ms": ms(main["broadcast"].p(50)),
+        "broadcast_p99_ms": ms(main["broadcast"].p(99)),
+        "fallback_p50_ms": ms(main["fallback"].p(50)),
+        "fallback_p99_ms": ms(main["fallback"].p(99)),
+        "fallback_bound_ms": POLL_INTERVAL * 1000 + 100,
+        "resume_p50_ms": ms(main["resume"].p(50)),
+        "resume_p99_ms": ms(main["resume"].p(99)),
+        "idle_store_cmds_per_s": idle["per_worker_per_s"],
+    }
+    figures["verdicts"] = verdicts(figures)
+    figures["details"] = {
+        "throughput": throughput,
+        "latency_4_workers": {name: found.summary() for name, found in main.items()},
+        "scaling": scaling,
+        "idle_store": idle,
+        "idle_store_paused": idle_paused,
+        "plan": settings,
+    }
+    figures["conditions"] = {
+        "host": platform.node(),
+        "cpus": os.cpu_count(),
+        "machine": platform.machine(),
+        "python": platform.python_version(),
+        "celery": celery.__version__,
+        "kombu": kombu.__version__,
+        "redis_py": redis.__version__,
+        "loadavg_before": [round(x, 2) for x in load_before],
+        "loadavg_after": [round(x, 2) for x in os.getloadavg()],
+        "duration_s": round(time.monotonic() - started, 1),
+        "pause_poll_interval": POLL_INTERVAL,
+        "worker": "prefork, concurrency 1, prefetch multiplier 4",
+        "broker_and_store": "two private redis-server processes on loopback",
+    }
+    return figures
+
+
+def verdicts(f: dict[str, Any]) -> dict[str, bool]:
+    return {
+        "throughput_ratio": f["throughput_ratio"] >= 0.98,
+        "pause_p99_ms": f["pause_p99_ms"] <= 50,
+        "pause_vs_broadcast": f["pause_p99_ms"] <= 1.5 * f["broadcast_p99_ms"],
+        "fallback_p99_ms": f["fallback_p99_ms"] <= f["fallback_bound_ms"],
+        "resume_p50_ms": f["resume_p50_ms"] <= 50,
+        "idle_store_cmds_per_s": f["idle_store_cmds_per_s"] <= 1,
+    }
+
+
+def table(figures: dict[str, Any]) -> str:
+    v = figures["verdicts"]
+    d = figures["details"]
+    tp = d["throughput"]
+
+    def mark(ok: bool) -> str:
+        return "met" if ok else "MISSED"
+
+    rows = [
+        ("throughput, step / none (median ratio)", f"{figures['throughput_ratio']:.3f}",
+         f"{_median(tp['step_tasks_per_s']):.0f} vs {_median(tp['none_tasks_per_s']):.0f} tasks/s",
+         ">= 0.98", mark(v["throughput_ratio"])),
+        ("pause applied, 4 workers, p50 / p99 ms",
+         f"{figures['pause_p50_ms']:.1f} / {figures['pause_p99_ms']:.1f}",
+         f"cancel_consumer {figures['broadcast_p50_ms']:.1f} / {figures['broadcast_p99_ms']:.1f}",
+         "p99 <= 50, <= 1.5x bcast",
+         f"{mark(v['pause_p99_ms'])}, {mark(v['pause_vs_broadcast'])}"),
+        ("push lost (polling), p50 / p99 ms",
+         f"{figures['fallback_p50_ms']:.0f} / {figures['fallback_p99_ms']:.0f}",
+         f"poll interval {POLL_INTERVAL * 1000:.0f}",
+         f"<= {figures['fallback_bound_ms']:.0f}", mark(v["fallback_p99_ms"])),
+        ("resume to first start, p50 / p99 ms",
+         f"{figures['resume_p50_ms']:.1f} / {figures['resume_p99_ms']:.1f}",
+         "cancel_consumer + add_consumer: n/a", "p50 <= 50", mark(v["resume_p50_ms"])),
+        ("idle store commands / s / worker", f"{figures['idle_store_cmds_per_s']:.2f}",
+         ", ".join(f"{k} {n}" for k, n in sorted(d["idle_store"]["calls"].items())),
+         "<= 1", mark(v["idle_store_cmds_per_s"])),
+    ]  # fmt: skip
+    for size, found in d["scaling"].items():
+        rows.append(
+            (
+                f"pause p50 / p99 ms, {size} worker(s)",
+                f"{found['pause']['p50_ms']:.1f} / {found['pause']['p99_ms']:.1f}",
+                f"cancel_consumer {found['broadcast']['p50_ms']:.1f} / "
+                f"{found['broadcast']['p99_ms']:.1f}",
+                "",
+                f"{found['pause']['samples']} samples",
+            )
+        )
+    widths = [max(len(str(row[i])) for row in rows) for i in range(5)]
+    header = ("figure", "measured", "baseline (same run)", "target", "verdict")
+    widths = [max(w, len(h)) for w, h in zip(widths, header, strict=True)]
+    lines = [
+        "  ".join(str(cell).ljust(width) for cell, width in zip(row, widths, strict=True))
+        for row in [header, tuple("-" * w for w in widths), *rows]
+    ]
+    c = figures["conditions"]
+    lines.append("")
+    lines.append(
+        f"{c['cpus']} CPUs, load {c['loadavg_before']} -> {c['loadavg_after']}, "
+        f"{c['duration_s']}s; celery {c['celery']}, kombu {c['kombu']}, redis-py {c['redis_py']}"
+    )
+    return "\n".join(lines)
+
+
+def _median(values: list[float]) -> float:
+    return measure.percentile(values, 50) if values else math.nan
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="fewer rounds (about two minutes)")
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    args = parser.parse_args()
+    figures = run(args.quick)
+    print(json.dumps(figures, indent=2) if args.json else table(figures))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

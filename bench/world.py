@@ -1,0 +1,171 @@
+"""The benchmark's private world: its own Redis servers, real worker processes, task records.
+
+Two private ``redis-server`` processes on free loopback ports: one is the broker (and
+holds the task records), the other only the pause store, so the store's command
+counters see the workers' store traffic and nothing else. Workers are real
+``celery worker`` processes (prefork) running the test app ``tests.proj``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Iterable
+from contextlib import suppress
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from celery import Celery
+
+from tests.harness import ROOT, Worker, wait_for
+from tests.proj import RECORD_TASK, make_app
+from tests.redis_server import RedisServer
+
+RECORDS_DB = 1
+
+
+@dataclass(frozen=True)
+class Start:
+    """One task start, as the task recorded it."""
+
+    worker: str
+    queue: str
+    started: float
+
+
+class World:
+    """Private servers, an app bound to them, and the workers started so far."""
+
+    def __init__(self, *, poll_interval: float, **conf: Any) -> None:
+        self.namespace = "bench" + uuid.uuid4().hex[:8]
+        self.tmp = Path(tempfile.mkdtemp(prefix="celery-pause-bench-"))
+        self.poll_interval = poll_interval
+        self.conf = conf
+        self.broker = RedisServer().start()
+        self.store = RedisServer().start()
+        self.app: Celery = self._app(install=True)
+        self.records = self.broker.client(RECORDS_DB)
+        self.broker_client = self.broker.client(0)
+        self.store_client = self.store.client(0)
+        self.record_key = f"celery-pause-test:{self.namespace}:records"
+        self.workers: list[Worker] = []
+        self._read = 0
+
+    def _app(self, *, install: bool) -> Celery:
+        os.environ["PAUSE_TEST_RECORDS"] = self.broker.url(RECORDS_DB)
+        return make_app(
+            namespace=self.namespace,
+            broker=self.broker.url(0),
+            store=self.store.url(0),
+            poll_interval=self.poll_interval,
+            install=install,
+            **self.conf,
+        )
+
+    def queue(self, name: str) -> str:
+        return f"{self.namespace}.{name}"
+
+    # -- workers --------------------------------------------------------------------------
+    def start_workers(
+        self, names: Iterable[str], *, queue: str, concurrency: int = 1, install: bool = True
+    ) -> list[Worker]:
+        """Start one worker per name on ``queue`` and wait until each answers a ping."""
+        env = {
+            **os.environ,
+            "PAUSE_TEST_NAMESPACE": self.namespace,
+            "PAUSE_TEST_BROKER": self.broker.url(0),
+            "PAUSE_TEST_STORE": self.store.url(0),
+            "PAUSE_TEST_POLL": str(self.poll_interval),
+            "PAUSE_TEST_EXTRA": json.dumps(self.conf),
+            "PAUSE_TEST_RECORDS": self.broker.url(RECORDS_DB),
+            "PAUSE_TEST_INSTALL": "1" if install else "0",
+            "PYTHONPATH": str(ROOT),
+        }
+        args = ["-P", "prefork", "-c", str(concurrency), "-Q", queue]
+        started = [Worker(self, name, args, env).start() for name in names]  # type: ignore[arg-type]
+        self.workers += started
+        for worker in started:
+            wait_for(lambda w=worker: self._answers(w), timeout=120, what=f"{worker.hostname}")
+            if install:
+                worker.wait_applied(timeout=60)
+        return started
+
+    def _answers(self, worker: Worker) -> bool:
+        worker.check_alive()
+        replies = self.app.control.ping([worker.hostname], timeout=0.5) or []
+        return any(worker.hostname in reply for reply in replies)
+
+    def stop_workers(self, workers: Iterable[Worker]) -> None:
+        for worker in list(workers):
+            with suppress(AssertionError):
+                worker.stop(timeout=20)
+            worker.kill()
+            self.workers.remove(worker)
+
+    # -- tasks and their records ----------------------------------------------------------
+    def send(self, queue: str, count: int, duration: float = 0.0) -> None:
+        with self.app.producer_or_acquire() as producer:
+            for _ in range(count):
+                self.app.send_task(
+                    RECORD_TASK, args=("bench", duration), queue=queue, producer=producer
+                )
+
+    def backlog(self, queue: str) -> int:
+        return int(self.broker_client.llen(queue))
+
+    def top_up(self, queue: str, *, low: int, high: int, duration: float = 0.0) -> None:
+        waiting = self.backlog(queue)
+        if waiting < low:
+            self.send(queue, high - waiting, duration)
+
+    def drop_backlog(self, queue: str) -> None:
+        self.broker_client.delete(queue)
+
+    def new_starts(self) -> list[Start]:
+        """Task starts recorded since the last call."""
+        raw = self.records.lrange(self.record_key, self._read, -1)
+        self._read += len(raw)
+        starts = []
+        for item in raw:
+            entry = json.loads(item)
+            starts.append(Start(entry["worker"], entry["queue"], entry["started"]))
+        return starts
+
+    def record_count(self) -> int:
+        return int(self.records.llen(self.record_key))
+
+    # -- the store's command counters ---------------------------------------------------------
+    def store_commands(self) -> dict[str, int]:
+        """Calls per command on the store server, leaving out INFO (the counting itself)."""
+        stats = self.store_client.info("commandstats")
+        return {
+            name.removeprefix("cmdstat_"): int(value["calls"])
+            for name, value in stats.items()
+            if name != "cmdstat_info"
+        }
+
+    def close(self, *, keep_logs: bool = False) -> None:
+        for worker in list(self.workers):
+            with suppress(AssertionError):
+                worker.stop(timeout=20)
+            worker.kill()
+        self.workers.clear()
+        self.broker.stop()
+        self.store.stop()
+        if not keep_logs:
+            shutil.rmtree(self.tmp, ignore_errors=True)
+
+
+def settle(seconds: float) -> None:
+    """Let worker processes finish starting up before a measurement (not a synchronisation)."""
+    time.sleep(seconds)
+
+
+def log(message: str) -> None:
+    print(f"[bench {time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
