@@ -70,7 +70,8 @@ def make_app(
         }
         records.rpush(record_key, json.dumps(entry))
         time.sleep(duration)
-        records.rpush(finished_key, self.request.id)
+        done = {"id": self.request.id, "worker_pid": os.getppid(), "finished": time.time()}
+        records.rpush(finished_key, json.dumps(done))
         return tag
 
     return app
