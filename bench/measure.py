@@ -13,7 +13,10 @@ import random
 import time
 from collections import defaultdict
 from collections.abc import Callable, Sequence
+from contextlib import suppress
 from dataclasses import dataclass, field
+
+import psutil
 
 import celery_pause
 from celery_pause import api
@@ -62,7 +65,9 @@ def throughput(world: World, *, tasks: int, rounds: int, concurrency: int) -> di
 
     Both workers drain identical backlogs at the same time, so load from outside
     the benchmark slows both alike; each rate counts only the window in which
-    both were draining. Which worker is told to start first alternates.
+    both were draining. Which worker is told to start first alternates. The CPU
+    time each worker (main process and pool) spent per task is measured too: it
+    does not depend on what else runs on the machine.
     """
     with_step = world.start_workers(
         ["tp-step"], queue=world.queue("idle-a"), concurrency=concurrency
@@ -71,10 +76,14 @@ def throughput(world: World, *, tasks: int, rounds: int, concurrency: int) -> di
         ["tp-none"], queue=world.queue("idle-b"), concurrency=concurrency, install=False
     )[0]
     rates: dict[str, list[float]] = {"step": [], "none": []}
+    cpu = {"step": 0.0, "none": 0.0}
     try:
         for number in range(rounds):
             pair = [("step", with_step), ("none", without)]
+            before = {arm: cpu_seconds(worker) for arm, worker in pair}
             found = _drain_together(world, pair if number % 2 else pair[::-1], tasks, number)
+            for arm, worker in pair:
+                cpu[arm] += cpu_seconds(worker) - before[arm]
             for arm, rate in found.items():
                 rates[arm].append(rate)
     finally:
@@ -86,9 +95,24 @@ def throughput(world: World, *, tasks: int, rounds: int, concurrency: int) -> di
         "ratios": [round(r, 4) for r in ratios],
         "step_tasks_per_s": [round(r, 1) for r in rates["step"]],
         "none_tasks_per_s": [round(r, 1) for r in rates["none"]],
+        "cpu_ms_per_task": {
+            arm: round(spent / (tasks * rounds) * 1000, 4) for arm, spent in cpu.items()
+        },
         "tasks_per_round": tasks,
         "concurrency": concurrency,
     }
+
+
+def cpu_seconds(worker: Worker) -> float:
+    """User and system CPU time of a worker's main process and its pool processes."""
+    assert worker.proc is not None
+    main = psutil.Process(worker.proc.pid)
+    total = 0.0
+    for process in [main, *main.children(recursive=True)]:
+        with suppress(psutil.NoSuchProcess):
+            times = process.cpu_times()
+            total += times.user + times.system
+    return total
 
 
 def _drain_together(

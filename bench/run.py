@@ -54,7 +54,7 @@ def run(quick: bool) -> dict[str, Any]:
     load_before = os.getloadavg()
     world = World(poll_interval=POLL_INTERVAL)
     try:
-        log("throughput: one worker with the pause step, one without, alternating")
+        log("throughput: one worker with the pause step and one without, side by side")
         throughput = measure.throughput(
             world, tasks=settings["tp_tasks"], rounds=settings["tp_rounds"], concurrency=1
         )
@@ -192,6 +192,8 @@ def table(figures: dict[str, Any]) -> str:
         ("throughput, step / none (median ratio)", f"{figures['throughput_ratio']:.3f}",
          f"{_median(tp['step_tasks_per_s']):.0f} vs {_median(tp['none_tasks_per_s']):.0f} tasks/s",
          ">= 0.98", mark(v["throughput_ratio"])),
+        ("CPU per task, step (main + pool), ms", f"{tp['cpu_ms_per_task']['step']:.3f}",
+         f"none {tp['cpu_ms_per_task']['none']:.3f}", "", ""),
         ("pause applied, 4 workers, p50 / p99 ms",
          f"{figures['pause_p50_ms']:.1f} / {figures['pause_p99_ms']:.1f}",
          f"cancel_consumer {figures['broadcast_p50_ms']:.1f} / {figures['broadcast_p99_ms']:.1f}",
@@ -243,7 +245,11 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="fewer rounds (about two minutes)")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
+    parser.add_argument("--table-from", metavar="FILE", help="print the table of a saved --json")
     args = parser.parse_args()
+    if args.table_from:
+        print(table(json.loads(Path(args.table_from).read_text())))
+        return 0
     figures = run(args.quick)
     print(json.dumps(figures, indent=2) if args.json else table(figures))
     return 0
