@@ -15,6 +15,7 @@ from contextlib import suppress
 from pathlib import Path
 from typing import Any, TypeVar
 
+import psutil
 import pytest
 import redis
 from celery import Celery
@@ -47,9 +48,7 @@ def require(service: str, host: str, port: int) -> None:
     pytest.skip(message)
 
 
-def wait_for(
-    probe: Callable[[], T], *, timeout: float, what: str, interval: float = 0.02
-) -> T:
+def wait_for(probe: Callable[[], T], *, timeout: float, what: str, interval: float = 0.02) -> T:
     """Poll ``probe`` until it returns something truthy; fail after ``timeout`` seconds."""
     deadline = time.monotonic() + timeout
     while True:
@@ -76,30 +75,46 @@ class Worker:
     def start(self) -> Worker:
         with open(self.log, "ab") as log:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "celery", "-A", "tests.proj", "worker",
-                 "-n", self.hostname, "--without-mingle", "--without-gossip",
-                 "-l", "info", *self._args],
-                cwd=ROOT, env=self._env, stdout=log, stderr=subprocess.STDOUT,
+                [
+                    sys.executable,
+                    "-m",
+                    "celery",
+                    "-A",
+                    "tests.proj",
+                    "worker",
+                    "-n",
+                    self.hostname,
+                    "--without-mingle",
+                    "--without-gossip",
+                    "-l",
+                    "info",
+                    *self._args,
+                ],
+                cwd=ROOT,
+                env=self._env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
                 start_new_session=True,
             )
         return self
 
     def wait_applied(self, generation: int = 0, timeout: float = 30.0) -> celery_pause.WorkerReport:
-        """Wait until this worker reports it applied ``generation`` (or later)."""
+        """Wait until this worker applied ``generation`` (or later) and runs nothing paused."""
 
         def applied() -> celery_pause.WorkerReport | None:
             self.check_alive()
             for report in celery_pause.status(self.cluster.app).workers:
-                if report.hostname == self.hostname and report.status == "applied":
-                    if report.generation >= generation:
-                        return report
+                if report.hostname == self.hostname and report.quiet_for(generation):
+                    return report
             return None
 
         return wait_for(applied, timeout=timeout, what=f"{self.hostname} to apply gen {generation}")
 
     def check_alive(self) -> None:
         if self.proc is not None and self.proc.poll() is not None:
-            raise AssertionError(f"{self.hostname} exited with {self.proc.returncode}:\n{self.tail()}")
+            raise AssertionError(
+                f"{self.hostname} exited with {self.proc.returncode}:\n{self.tail()}"
+            )
 
     def stop(self, timeout: float = 30.0) -> int | None:
         """Warm shutdown (SIGTERM), escalating to SIGKILL after ``timeout`` seconds."""
@@ -119,6 +134,45 @@ class Worker:
                 os.killpg(self.proc.pid, signal.SIGKILL)
             self.proc.wait(10)
 
+    def broker_ports(self, port: int) -> list[int]:
+        """Local ports of this worker's TCP connections to ``port`` on the loopback."""
+        assert self.proc is not None
+        connections = psutil.Process(self.proc.pid).net_connections(kind="tcp")
+        return [c.laddr.port for c in connections if c.raddr and c.raddr.port == port]
+
+    def drop_connections(self) -> int:
+        """Cut every connection of this worker to Redis or RabbitMQ, from the server side."""
+        dropped = 0
+        client = redis.Redis.from_url(REDIS_STORE)
+        for port in self.broker_ports(6379):
+            dropped += int(client.client_kill_filter(_id=None, addr=f"127.0.0.1:{port}") or 0)
+        ports = set(self.broker_ports(5672))
+        if ports:
+            listing = subprocess.run(
+                ["rabbitmqctl", "-q", "list_connections", "pid", "peer_port"],
+                capture_output=True,
+                text=True,
+                timeout=60,
+                check=True,
+            ).stdout
+            for line in listing.splitlines():
+                pid, _, port = line.partition("\t")
+                if port.strip().isdigit() and int(port) in ports:
+                    subprocess.run(
+                        ["rabbitmqctl", "-q", "close_connection", pid, "test: connection dropped"],
+                        capture_output=True,
+                        timeout=60,
+                        check=True,
+                    )
+                    dropped += 1
+        return dropped
+
+    def log_count(self, text: str) -> int:
+        try:
+            return self.log.read_text(errors="replace").count(text)
+        except OSError:
+            return 0
+
     def tail(self, lines: int = 40) -> str:
         try:
             return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
@@ -130,7 +184,12 @@ class Cluster:
     """One test's private world: namespace, client app, workers, records."""
 
     def __init__(
-        self, *, broker: str, tmp: Path, store: str | None = None, poll_interval: float = 1.0,
+        self,
+        *,
+        broker: str,
+        tmp: Path,
+        store: str | None = None,
+        poll_interval: float = 1.0,
         **extra: Any,
     ) -> None:
         self.namespace = "t" + uuid.uuid4().hex[:10]
@@ -138,10 +197,20 @@ class Cluster:
         self.store_url = store or REDIS_STORE
         self.tmp = tmp
         self.poll_interval = poll_interval
+        if broker.startswith("redis"):
+            # kombu's own keys (unacked messages, bindings) are private to the test too
+            options = extra.get("broker_transport_options", {})
+            extra["broker_transport_options"] = {
+                "global_keyprefix": f"{self.namespace}:",
+                **options,
+            }
         self.extra = extra
         self.app: Celery = make_app(
-            namespace=self.namespace, broker=broker, store=self.store_url,
-            poll_interval=poll_interval, **extra,
+            namespace=self.namespace,
+            broker=broker,
+            store=self.store_url,
+            poll_interval=poll_interval,
+            **extra,
         )
         self.records_client = redis.Redis.from_url(RECORDS_URL)
         self.record_key = f"celery-pause-test:{self.namespace}:records"
@@ -151,8 +220,14 @@ class Cluster:
         return f"{self.namespace}.{name}"
 
     def worker(
-        self, name: str = "w1", *, queues: list[str] | None = None, concurrency: int = 1,
-        pool: str = "prefork", extra: dict[str, Any] | None = None, start: bool = True,
+        self,
+        name: str = "w1",
+        *,
+        queues: list[str] | None = None,
+        concurrency: int = 1,
+        pool: str = "prefork",
+        extra: dict[str, Any] | None = None,
+        start: bool = True,
     ) -> Worker:
         env = {
             **os.environ,
@@ -206,7 +281,10 @@ class Cluster:
         self._delete_queues()
 
     def _delete_queues(self) -> None:
-        names = {self.queue(), *(q for w in self.workers for q in w._args[w._args.index("-Q") + 1].split(","))}
+        names = {
+            self.queue(),
+            *(q for w in self.workers for q in w._args[w._args.index("-Q") + 1].split(",")),
+        }
         with suppress(Exception), self.app.connection_for_write() as conn:
             channel = conn.default_channel
             for name in names:
