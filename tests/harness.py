@@ -4,14 +4,15 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Callable
-from contextlib import suppress
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -58,6 +59,37 @@ def wait_for(probe: Callable[[], T], *, timeout: float, what: str, interval: flo
         if time.monotonic() >= deadline:
             raise AssertionError(f"timed out after {timeout}s waiting for {what}")
         time.sleep(interval)
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@contextmanager
+def redis_server(port: int, password: str) -> Iterator[None]:
+    """A private, throw-away redis-server on ``port`` for as long as the block runs."""
+    server = subprocess.Popen(
+        [
+            shutil.which("redis-server") or "redis-server",
+            "--port",
+            str(port),
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--requirepass",
+            password,
+        ],
+        stdout=subprocess.DEVNULL,
+    )
+    try:
+        wait_for(lambda: answers("127.0.0.1", port), timeout=10, what="redis-server to start")
+        yield
+    finally:
+        server.terminate()
+        server.wait(10)
 
 
 class Worker:
@@ -274,8 +306,9 @@ class Cluster:
         prefix = f"celery-pause-test:{self.namespace}"
         if self.store_url.startswith("redis"):
             client = redis.Redis.from_url(self.store_url)
-            for key in client.scan_iter(f"{prefix}*"):
-                client.delete(key)
+            with suppress(redis.RedisError):  # a test's private store may be gone already
+                for key in client.scan_iter(f"{prefix}*"):
+                    client.delete(key)
         store.close()
         self.records_client.delete(self.record_key)
         self._delete_queues()

@@ -5,7 +5,12 @@ from __future__ import annotations
 import time
 from datetime import datetime, timezone
 
+import pytest
+
 import celery_pause
+from celery_pause import PauseTimeout, WorkerReport
+from celery_pause.state import EVERYTHING, Hold, PauseState
+from celery_pause.stores import store_for
 
 from .harness import Cluster, Worker, wait_for
 
@@ -134,3 +139,36 @@ def test_broker_connection_dropped_while_paused_stays_paused(cluster: Cluster) -
     records = cluster.wait_records(len(sent))
     assert not cluster.started_between(window_start, window_end)
     assert sorted(r["id"] for r in records) == sorted(sent)
+
+
+def test_a_lost_push_is_caught_up_by_polling(cluster: Cluster) -> None:
+    # Given a worker, and a pause recorded without any broadcast (as if the push was lost)
+    worker = cluster.worker("w1")
+    worker.wait_applied()
+
+    def add_hold(state: PauseState, now: float) -> PauseState:
+        return state.with_holds([*state.holds, Hold(scope=EVERYTHING, paused_at=now)])
+
+    snapshot, _ = store_for(cluster.app).update(add_hold)
+    began = time.monotonic()
+
+    # Then the worker applies it by polling, within a poll interval or so
+    worker.wait_applied(snapshot.state.generation, timeout=cluster.poll_interval * 5)
+    assert time.monotonic() - began < cluster.poll_interval * 5
+    window_start = time.time()
+    sent = cluster.send("t")
+    stays_quiet(cluster, window_start, 1.0)
+    celery_pause.resume(cluster.app)
+    assert [r["id"] for r in cluster.wait_records(1)] == [sent]
+
+
+def test_wait_counts_a_worker_that_is_still_starting(cluster: Cluster) -> None:
+    # Given a worker that registered itself but has not applied any state yet
+    store = store_for(cluster.app)
+    store.put_worker(WorkerReport(hostname="booting@host", pid=1, seen=store.now()))
+
+    # Then a waited pause does not call the cluster quiet without it
+    with pytest.raises(PauseTimeout) as timed_out:
+        celery_pause.pause(cluster.app, wait=True, timeout=0.5)
+    assert timed_out.value.busy == {"booting@host": []}
+    assert "has not applied the pause" in str(timed_out.value)

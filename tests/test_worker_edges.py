@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import shutil
-import socket
-import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -14,7 +11,7 @@ import pytest
 import celery_pause
 from celery_pause import PauseTimeout
 
-from .harness import Cluster, wait_for
+from .harness import Cluster, free_port, redis_server, wait_for
 from .test_pause_holds import held, stays_quiet
 
 
@@ -113,19 +110,12 @@ def test_wait_timeout_names_the_busy_worker_and_task(cluster: Cluster) -> None:
     assert celery_pause.status(cluster.app).paused
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 def test_worker_starting_without_a_store_holds_everything_until_it_can_read(
     redis_url: str, tmp_path: Path
 ) -> None:
     # Given a store that is down when the worker starts
     port = free_port()
     cluster = Cluster(broker=redis_url, tmp=tmp_path, store=f"redis://:pw@127.0.0.1:{port}/0")
-    server = None
     try:
         worker = cluster.worker("w1")
         wait_for(
@@ -141,27 +131,41 @@ def test_worker_starting_without_a_store_holds_everything_until_it_can_read(
         assert ":pw@" not in worker.log.read_text()
 
         # When the store comes up (empty: nothing paused), the tasks run
-        server = subprocess.Popen(
-            [
-                shutil.which("redis-server") or "redis-server",
-                "--port",
-                str(port),
-                "--save",
-                "",
-                "--appendonly",
-                "no",
-                "--requirepass",
-                "pw",
-            ],
-            stdout=subprocess.DEVNULL,
-        )
-        records = cluster.wait_records(len(sent), timeout=30)
-        assert sorted(r["id"] for r in records) == sorted(sent)
+        with redis_server(port, "pw"):
+            records = cluster.wait_records(len(sent), timeout=30)
+            assert sorted(r["id"] for r in records) == sorted(sent)
     finally:
         cluster.close()
-        if server is not None:
-            server.terminate()
-            server.wait(10)
+
+
+def test_store_lost_while_paused_keeps_the_worker_paused(redis_url: str, tmp_path: Path) -> None:
+    # Given a paused worker whose store then goes away
+    port = free_port()
+    cluster = Cluster(broker=redis_url, tmp=tmp_path, store=f"redis://:pw@127.0.0.1:{port}/0")
+    try:
+        with redis_server(port, "pw"):
+            worker = cluster.worker("w1")
+            worker.wait_applied()
+            celery_pause.pause(cluster.app, wait=True, timeout=20)
+        sent = [cluster.send(f"t{i}") for i in range(3)]
+
+        # Then it keeps its last known state: alive, logging, starting nothing
+        window_start = time.time()
+        wait_for(
+            lambda: worker.log_count("keeping the last known pause state"),
+            timeout=30,
+            what="the worker to report the lost store",
+        )
+        stays_quiet(cluster, window_start, 2.0)
+        worker.check_alive()
+        assert ":pw@" not in worker.log.read_text()
+
+        # When the store is back (empty, as a Redis without persistence comes back), work resumes
+        with redis_server(port, "pw"):
+            records = cluster.wait_records(len(sent), timeout=30)
+            assert sorted(r["id"] for r in records) == sorted(sent)
+    finally:
+        cluster.close()
 
 
 def test_threads_pool_is_refused_with_an_explanation(redis_url: str, tmp_path: Path) -> None:
