@@ -226,7 +226,7 @@ class Cluster:
     ) -> None:
         self.namespace = "t" + uuid.uuid4().hex[:10]
         self.broker = broker
-        self.store_url = store or REDIS_STORE
+        self.store_url = REDIS_STORE if store is None else store  # "": no store set
         self.tmp = tmp
         self.poll_interval = poll_interval
         if broker.startswith("redis"):
@@ -302,14 +302,14 @@ class Cluster:
             with suppress(AssertionError):
                 worker.stop(timeout=20)
             worker.kill()
-        store = celery_pause.stores.store_for(self.app)
+        with suppress(celery_pause.PauseError):
+            celery_pause.stores.store_for(self.app).close()
         prefix = f"celery-pause-test:{self.namespace}"
         if self.store_url.startswith("redis"):
             client = redis.Redis.from_url(self.store_url)
             with suppress(redis.RedisError):  # a test's private store may be gone already
                 for key in client.scan_iter(f"{prefix}*"):
                     client.delete(key)
-        store.close()
         self.records_client.delete(self.record_key)
         self._delete_queues()
 

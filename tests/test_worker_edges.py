@@ -11,7 +11,7 @@ import pytest
 import celery_pause
 from celery_pause import PauseTimeout
 
-from .harness import Cluster, free_port, redis_server, wait_for
+from .harness import AMQP_BROKER, Cluster, free_port, redis_server, require, wait_for
 from .test_pause_holds import held, stays_quiet
 
 
@@ -218,5 +218,30 @@ def test_file_store_drives_real_workers(redis_url: str, tmp_path: Path) -> None:
         records = cluster.wait_records(len(sent))
         assert sorted(r["id"] for r in records) == sorted(sent)
         assert not cluster.started_between(window_start, window_end)
+    finally:
+        cluster.close()
+
+
+@pytest.mark.parametrize(
+    ("store", "expected"),
+    [
+        (None, "set pause_store_url"),
+        ("mongodb://user:hunter2@db/pause", "pause_store_url 'mongodb://user:**@db/pause'"),
+    ],
+)
+def test_worker_without_a_usable_store_refuses_to_start(
+    tmp_path: Path, store: str | None, expected: str
+) -> None:
+    # Given a RabbitMQ app with no store set, or a store of an unknown kind
+    require("RabbitMQ", "127.0.0.1", 5672)
+    cluster = Cluster(broker=AMQP_BROKER, tmp=tmp_path, store=store or "")
+    try:
+        # Then the worker exits, naming the setting, with no password in sight
+        worker = cluster.worker("w1")
+        assert worker.proc is not None
+        assert worker.proc.wait(60) != 0
+        log = worker.log.read_text()
+        assert expected in log
+        assert "hunter2" not in log
     finally:
         cluster.close()
