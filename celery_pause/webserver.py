@@ -148,7 +148,7 @@ class Server:
         self.host = host
         self.port: int = self._httpd.server_address[1]
         self._thread = threading.Thread(
-            target=self._httpd.serve_forever, kwargs={"poll_interval": 0.5}, name=name, daemon=True
+            target=self._httpd.serve_forever, kwargs={"poll_interval": 0.2}, name=name, daemon=True
         )
 
     @property

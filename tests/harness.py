@@ -153,6 +153,7 @@ class Cluster:
     def worker(
         self, name: str = "w1", *, queues: list[str] | None = None, concurrency: int = 1,
         pool: str = "prefork", extra: dict[str, Any] | None = None, start: bool = True,
+        args: tuple[str, ...] = (),
     ) -> Worker:
         env = {
             **os.environ,
@@ -164,8 +165,7 @@ class Cluster:
             "PYTHONPATH": str(ROOT),
         }
         names = ",".join(queues or [self.queue()])
-        args = ["-P", pool, "-c", str(concurrency), "-Q", names]
-        worker = Worker(self, name, args, env)
+        worker = Worker(self, name, ["-P", pool, "-c", str(concurrency), "-Q", names, *args], env)
         self.workers.append(worker)
         return worker.start() if start else worker
 
