@@ -156,7 +156,7 @@ def resume(
             by=resumed_by or default_operator(),
             generation=snapshot.state.generation,
             removed=removed,
-            remaining=snapshot.state.holds,
+            kept=snapshot.state.holds,
             forced=force,
         )
         journal.record(app, entry)

@@ -127,12 +127,13 @@ def resume_entry(
     by: str | None,
     generation: int,
     removed: Iterable[Hold],
-    remaining: Iterable[Hold],
+    kept: Iterable[Hold],
     forced: bool,
 ) -> HistoryEntry:
-    """The entry for a resume of ``scope`` that lifted ``removed`` (wholly or in part)."""
+    """The entry for a resume of ``scope`` that lifted ``removed`` (wholly or in part);
+    ``kept`` are the holds still in the state afterwards."""
     removed = tuple(removed)
-    still = {h.id for h in remaining}
+    still = {h.id for h in kept}
     sources = sorted({h.source for h in removed}) or ["manual"]
     return HistoryEntry(
         action=RESUME,
