@@ -146,7 +146,7 @@ class AdminAPI:
         result = pause(
             self.app,
             reason=_opt_text(body, "reason"),
-            paused_by=_opt_text(body, "by"),
+            paused_by=_opt_text(body, "by") or _caller(request),
             queues=_queues(body),
             resume_after=_duration(resume_after) if resume_after not in (None, "") else None,
             resume_at=_moment(resume_at) if resume_at not in (None, "") else None,
@@ -169,7 +169,7 @@ class AdminAPI:
             self.app,
             queues=_queues(body),
             force=_flag(body, "force"),
-            resumed_by=_opt_text(body, "by"),
+            resumed_by=_opt_text(body, "by") or _caller(request),
         )
         logger.info(
             "celery-pause admin: resume removed %d hold(s), %d still in place",
@@ -317,6 +317,11 @@ def _body(request: Request, allowed: tuple[str, ...]) -> dict[str, Any]:
     if unknown:
         raise InvalidInput(f"unknown field(s) {', '.join(unknown)}; use {', '.join(allowed)}")
     return body
+
+
+def _caller(request: Request) -> str:
+    """Who to record when the body names nobody: the admin API and the client's address."""
+    return f"admin-api@{request.remote or 'unknown'}"
 
 
 def _opt_text(body: dict[str, Any], key: str) -> str | None:

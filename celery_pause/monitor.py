@@ -97,7 +97,7 @@ class WorkerView:
         )
 
 
-@dataclass
+@dataclass(eq=False)
 class Monitor:
     """Follows one worker's pause: fed by the pause signals and a timer on the loop."""
 

@@ -51,6 +51,7 @@ class Request:
     headers: dict[str, str]
     body: bytes
     host: str
+    remote: str = ""
 
 
 @dataclass(frozen=True)
@@ -119,6 +120,7 @@ def read_request(environ: dict[str, Any]) -> Request:
         headers=headers,
         body=body,
         host=headers.get("host", ""),
+        remote=str(environ.get("REMOTE_ADDR", "")),
     )
 
 

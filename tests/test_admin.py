@@ -305,3 +305,22 @@ def test_celery_pause_serve_runs_until_terminated(world: Cluster, tmp_path: Path
         if proc.poll() is None:
             proc.kill()
             proc.wait(10)
+
+
+def test_queue_depths_and_an_anonymous_caller(cluster: Cluster) -> None:
+    # Given two tasks waiting in the cluster's queue, on either broker
+    for n in range(2):
+        cluster.send(f"waiting{n}")
+    with admin_server(cluster.app) as admin:
+        # When a queue nobody declared is paused without naming who did it
+        reply = call(admin + "/pause", method="POST", headers=AUTH, body={"queues": ["ghost"]})
+        assert reply.status == 200
+
+        # Then the hold names the admin API and the caller's address
+        assert reply.json()["hold"]["paused_by"] == "admin-api@127.0.0.1"
+
+        # ... and the status counts the waiting tasks, and says what it cannot count
+        queues = {q["name"]: q for q in call(admin + "/status", headers=AUTH).json()["queues"]}
+    assert queues[cluster.queue()] == {"name": cluster.queue(), "waiting": 2, "paused": False}
+    expected = 0 if cluster.broker.startswith("redis") else None  # Redis keeps no empty list
+    assert queues["ghost"] == {"name": "ghost", "waiting": expected, "paused": True}
