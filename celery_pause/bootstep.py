@@ -30,7 +30,7 @@ class PauseStep(bootsteps.StartStopStep):
     """Holds every task of a paused queue before it reaches the pool."""
 
     label = "celery-pause"
-    requires = ("celery.worker.consumer.tasks:Tasks",)
+    requires = ("celery.worker.consumer.tasks:Tasks", "celery_pause.monitor:MonitorStep")
 
     def __init__(self, c: Consumer, **kwargs: Any) -> None:
         super().__init__(c, **kwargs)

@@ -260,6 +260,7 @@ class Cluster:
         pool: str = "prefork",
         extra: dict[str, Any] | None = None,
         start: bool = True,
+        args: tuple[str, ...] = (),
     ) -> Worker:
         env = {
             **os.environ,
@@ -271,8 +272,7 @@ class Cluster:
             "PYTHONPATH": str(ROOT),
         }
         names = ",".join(queues or [self.queue()])
-        args = ["-P", pool, "-c", str(concurrency), "-Q", names]
-        worker = Worker(self, name, args, env)
+        worker = Worker(self, name, ["-P", pool, "-c", str(concurrency), "-Q", names, *args], env)
         self.workers.append(worker)
         return worker.start() if start else worker
 
