@@ -222,6 +222,7 @@ class Cluster:
         tmp: Path,
         store: str | None = None,
         poll_interval: float = 1.0,
+        private_broker_keys: bool = False,
         **extra: Any,
     ) -> None:
         self.namespace = "t" + uuid.uuid4().hex[:10]
@@ -229,8 +230,8 @@ class Cluster:
         self.store_url = REDIS_STORE if store is None else store  # "": no store set
         self.tmp = tmp
         self.poll_interval = poll_interval
-        if broker.startswith("redis"):
-            # kombu's own keys (unacked messages, bindings) are private to the test too
+        if private_broker_keys:
+            # kombu's own Redis keys (unacked messages, bindings) private to the test too
             options = extra.get("broker_transport_options", {})
             extra["broker_transport_options"] = {
                 "global_keyprefix": f"{self.namespace}:",
