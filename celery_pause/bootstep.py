@@ -48,10 +48,11 @@ class PauseStep(bootsteps.StartStopStep):
             hostname=c.hostname,
             gate=self.gate,
             deliver=self._deliver,
-            return_expired=lambda: c.call_soon(self._return_expired),
+            return_expired=self._schedule_return,
         )
         self.holds: tuple[Hold, ...] = ()
         self.latest: tuple[int, Scope] | None = None
+        self._return_scheduled = False
 
     def start(self, c: Consumer) -> None:
         self.consumer = c
@@ -154,7 +155,14 @@ class PauseStep(bootsteps.StartStopStep):
             if isinstance(result, Exception):
                 logger.error("celery-pause: %r failed on %s: %r", receiver, signal.name, result)
 
+    def _schedule_return(self) -> None:
+        """From the sync thread: return expired held tasks on the loop, once."""
+        if not self._return_scheduled:
+            self._return_scheduled = True
+            self.consumer.call_soon(self._return_expired)
+
     def _return_expired(self) -> None:
+        self._return_scheduled = False
         returned = self.gate.return_expired(self.config.max_hold)
         if returned:
             logger.info(

@@ -128,7 +128,7 @@ class StoreSync(threading.Thread):
             timeout = min(timeout, DRAIN_CHECK)
         if self.gate.held:
             oldest = self.gate.held[0][1]
-            timeout = min(timeout, oldest + self.config.max_hold - now)
+            timeout = min(timeout, max(oldest + self.config.max_hold - now, DRAIN_CHECK))
         return timeout
 
     def _publish(self) -> None:
