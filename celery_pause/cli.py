@@ -12,6 +12,7 @@ in time; 130 interrupted while waiting (the pause stays).
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from datetime import datetime, timedelta, timezone
@@ -39,7 +40,7 @@ from .render import (
     status_queues,
     timeout_lines,
 )
-from .state import Scope, format_time
+from .state import Scope
 from .stores import store_for
 from .timeparse import parse_datetime, parse_duration
 
@@ -77,7 +78,7 @@ class DateTime(click.ParamType):  # type: ignore[type-arg]
         except InvalidInput as exc:
             self.fail(str(exc), param, ctx)
         if moment <= datetime.now(timezone.utc):
-            self.fail(f"{value!r} ({format_time(moment.timestamp())}) is in the past", param, ctx)
+            self.fail(f"{value!r} is in the past", param, ctx)
         return moment
 
 
@@ -103,6 +104,12 @@ def check_reason(ctx: click.Context, param: click.Parameter, value: str | None) 
         return api.check_reason(value)
     except InvalidInput as exc:
         raise click.BadParameter(str(exc), ctx, param) from None
+
+
+def check_timeout(ctx: click.Context, param: click.Parameter, value: float) -> float:
+    if not math.isfinite(value):
+        raise click.BadParameter("must be a finite number of seconds", ctx, param)
+    return value
 
 
 def check_by(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
@@ -200,6 +207,7 @@ PAUSE_OPTIONS = ("reason", "by", "queues", "resume_after", "resume_at", "force",
 )  # fmt: skip
 @click.option(
     "--timeout", type=click.FloatRange(min=0, min_open=True), default=30.0, show_default=True,
+    callback=check_timeout,
     metavar="SECONDS", help="How long --wait waits before giving up (exit code 3).",
 )  # fmt: skip
 @click.pass_context
@@ -255,10 +263,10 @@ def pause(
         store = store_for(app)
         workers = api.live_workers(app, store, store.now())
         if not workers:
+            warning = ctx.obj.style("Warning:", fg="yellow", bold=True)
             ctx.obj.error(
-                f"Warning: no live worker reports to {store.display_url}. The pause is "
-                "recorded: workers that start later start paused.",
-                fg="yellow",
+                f"{warning} no live worker reports to {store.display_url}. The pause is "
+                "recorded: workers that start later start paused."
             )
             return
         if wait:

@@ -100,10 +100,10 @@ def pause_lines(result: PauseResult) -> list[str]:
     if hold.scope.everything:
         head = "Paused all queues: running tasks will finish, no new task will start."
     else:
+        them = "it" if len(hold.scope.queues) == 1 else "them"
         head = (
-            f"Paused {scope_text(hold.scope)}: running tasks from "
-            f"{'it' if len(hold.scope.queues) == 1 else 'them'} will finish, "
-            "no new task from them will start."
+            f"Paused {scope_text(hold.scope)}: running tasks from {them} will finish, "
+            f"no new task from {them} will start."
         )
     lines = [f"{head} {auto_resume_text(hold.resume_at, hold.paused_at)}"]
     for old in result.replaced:

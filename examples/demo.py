@@ -38,8 +38,8 @@ from typing import Any
 
 EXAMPLES = Path(__file__).resolve().parent
 TASK_SECONDS = 1.0
-SEND_EVERY = 0.4
-BURST = 12
+SEND_EVERY = 0.5
+BURST = 10
 CONCURRENCY = 2
 START_TIMEOUT = 60.0
 STOP_TIMEOUT = 20.0
@@ -159,6 +159,35 @@ class Sender(threading.Thread):
         self.stopping.set()
         if self.is_alive():
             self.join(10)
+
+
+@dataclass(frozen=True)
+class Tally:
+    """The outcome: tasks run, started while paused, lost, and started twice."""
+
+    ran: int
+    started_during_pause: int
+    lost: int
+    twice: int
+
+    @classmethod
+    def of(
+        cls, sent: set[str], starts: list[dict[str, Any]], paused_at: float, resumed_at: float
+    ) -> Tally:
+        started = [r["id"] for r in starts]
+        return cls(
+            ran=len(set(started) & sent),
+            started_during_pause=sum(1 for r in starts if paused_at <= r["at"] < resumed_at),
+            lost=len(sent - set(started)),
+            twice=len(started) - len(set(started)),
+        )
+
+    @property
+    def held(self) -> bool:
+        return not (self.started_during_pause or self.lost or self.twice)
+
+    def line(self) -> str:
+        return f"ran={self.ran} started_during_pause={self.started_during_pause} lost={self.lost}"
 
 
 # -- the story -------------------------------------------------------------------------------
@@ -290,7 +319,7 @@ class Demo:
 
         say(f"2. Tasks flow: one every {SEND_EVERY}s, each works {TASK_SECONDS}s.")
         self.sender.start()
-        self.watch(3.0)
+        self.watch(2.0)
         say(f"   A burst of {BURST} more: the workers prefetch what they can.")
         self.sender.burst(BURST)
         self.watch(1.0)
@@ -302,7 +331,7 @@ class Demo:
         self.paused_at = time.time()
         generation = self.status().state.generation
         say("   Paused. Nothing starts: new tasks wait in the queue, prefetched ones in the gates:")
-        self.watch(3.0, since=self.paused_at)
+        self.watch(2.0, since=self.paused_at)
 
         restarted = self.workers[1]
         say(f"4. Restarting {restarted.name} while paused ...")
@@ -339,21 +368,16 @@ class Demo:
         return self.summary(sent)
 
     def summary(self, sent: set[str]) -> int:
-        starts = self.records.read("start")
-        ran = {r["id"] for r in starts} & sent
-        during = [r for r in starts if self.paused_at <= r["at"] < self.resumed_at]
-        twice = len(starts) - len({r["id"] for r in starts})
-        lost = len(sent - ran)
-        if twice:
-            self.clock.say(f"   {twice} task(s) started more than once")
-        ok = not during and not lost and not twice
+        tally = Tally.of(sent, self.records.read("start"), self.paused_at, self.resumed_at)
+        if tally.twice:
+            self.clock.say(f"   {tally.twice} task(s) started more than once")
         self.clock.say(
             "The pause held: nothing started while paused, nothing was lost."
-            if ok
+            if tally.held
             else "The pause did NOT hold."
         )
-        print(f"ran={len(ran)} started_during_pause={len(during)} lost={lost}", flush=True)
-        return 0 if ok else 1
+        print(tally.line(), flush=True)
+        return 0 if tally.held else 1
 
     # -- cleaning up -------------------------------------------------------------------------
     def close(self, failed: bool) -> None:

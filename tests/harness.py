@@ -154,7 +154,16 @@ class Cluster:
         self, name: str = "w1", *, queues: list[str] | None = None, concurrency: int = 1,
         pool: str = "prefork", extra: dict[str, Any] | None = None, start: bool = True,
     ) -> Worker:
-        env = {
+        env = self.env(extra)
+        names = ",".join(queues or [self.queue()])
+        args = ["-P", pool, "-c", str(concurrency), "-Q", names]
+        worker = Worker(self, name, args, env)
+        self.workers.append(worker)
+        return worker.start() if start else worker
+
+    def env(self, extra: dict[str, Any] | None = None) -> dict[str, str]:
+        """The environment under which ``celery -A tests.proj`` builds this cluster's app."""
+        return {
             **os.environ,
             "PAUSE_TEST_NAMESPACE": self.namespace,
             "PAUSE_TEST_BROKER": self.broker,
@@ -163,11 +172,6 @@ class Cluster:
             "PAUSE_TEST_EXTRA": json.dumps({**self.extra, **(extra or {})}),
             "PYTHONPATH": str(ROOT),
         }
-        names = ",".join(queues or [self.queue()])
-        args = ["-P", pool, "-c", str(concurrency), "-Q", names]
-        worker = Worker(self, name, args, env)
-        self.workers.append(worker)
-        return worker.start() if start else worker
 
     def send(
         self, tag: str, duration: float = 0.0, *, queue: str | None = None, **options: Any
