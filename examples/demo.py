@@ -269,12 +269,8 @@ class Demo:
         line += f" | finished {len(finished)}"
         waiting = self.waiting()
         line += f" | waiting {'?' if waiting is None else waiting}"
-        try:
-            held = sum(w.held for w in self.status().workers)
-            line += f" | held in gates {held}"
-        except Exception:
-            pass
-        return line
+        held = sum(w.held for w in self.status().workers)
+        return line + f" | held in gates {held}"
 
     def watch(self, seconds: float, since: float | None = None) -> None:
         deadline = time.monotonic() + seconds
@@ -308,6 +304,13 @@ class Demo:
         store = self.app.conf.pause_store_url.split("://")[0]
         say(f"celery-pause demo {self.run_id}: 2 prefork workers on {where}, {store} store")
         say(f"   logs and data in {self.dir}")
+
+        if self.broker:
+            try:
+                with self.app.connection_for_write() as conn:
+                    conn.ensure_connection(max_retries=1, timeout=5)
+            except Exception as exc:
+                raise DemoFailed(f"cannot reach the broker: {exc}") from None
 
         say(f"1. Starting two workers ({CONCURRENCY} pool processes each) ...")
         for worker in self.workers:
@@ -381,7 +384,8 @@ class Demo:
 
     # -- cleaning up -------------------------------------------------------------------------
     def close(self, failed: bool) -> None:
-        signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not cut this short
+        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+            signal.signal(sig, signal.SIG_IGN)  # a second Ctrl-C must not cut this short
         self.sender.stop()
         if self.cli is not None and self.cli.poll() is None:
             with suppress(ProcessLookupError):
@@ -450,10 +454,11 @@ def main(argv: list[str] | None = None) -> int:
             code = demo.run()
             failed = code != 0
             return code
-        except DemoFailed as exc:
+        except Exception as exc:
             print(f"Demo failed: {exc}", flush=True)
             for worker in demo.workers:
-                print(f"   last lines of {worker.name}'s log:\n{worker.tail()}", flush=True)
+                if worker.proc is not None:
+                    print(f"   last lines of {worker.name}'s log:\n{worker.tail()}", flush=True)
             return 1
         except KeyboardInterrupt:
             print("\nInterrupted: stopping every process the demo started ...", flush=True)

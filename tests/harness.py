@@ -154,7 +154,15 @@ class Cluster:
         self, name: str = "w1", *, queues: list[str] | None = None, concurrency: int = 1,
         pool: str = "prefork", extra: dict[str, Any] | None = None, start: bool = True,
     ) -> Worker:
-        env = self.env(extra)
+        env = {
+            **os.environ,
+            "PAUSE_TEST_NAMESPACE": self.namespace,
+            "PAUSE_TEST_BROKER": self.broker,
+            "PAUSE_TEST_STORE": self.store_url,
+            "PAUSE_TEST_POLL": str(self.poll_interval),
+            "PAUSE_TEST_EXTRA": json.dumps({**self.extra, **(extra or {})}),
+            "PYTHONPATH": str(ROOT),
+        }
         names = ",".join(queues or [self.queue()])
         args = ["-P", pool, "-c", str(concurrency), "-Q", names]
         worker = Worker(self, name, args, env)

@@ -1,4 +1,4 @@
-"""The CLI through click's runner, against a real Redis store (and real workers where it matters)."""
+"""The CLI through click's runner, on a real Redis store (and real workers where it matters)."""
 
 from __future__ import annotations
 
@@ -375,9 +375,7 @@ def test_wait_times_out_naming_stragglers_then_confirms_with_live_progress(
     assert f"{worker.hostname}  finishing 1: tests.proj.record[{long_task[:8]}]" in (
         confirmed.stdout
     )
-    assert confirmed.stdout.rstrip().endswith(
-        "Confirmed by 1 worker: nothing in scope is running."
-    )
+    assert confirmed.stdout.rstrip().endswith("Confirmed by 1 worker: nothing in scope is running.")
     (report,) = status_doc(world)["workers"]
     assert (report["state"], report["running"]) == ("paused", [])
 

@@ -1,4 +1,4 @@
-"""The real ``celery -A tests.proj pause | resume | pause status`` commands, as operators run them."""
+"""The real ``celery -A tests.proj pause | resume | pause status`` commands, as run by hand."""
 
 from __future__ import annotations
 

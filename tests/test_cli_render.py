@@ -1,4 +1,4 @@
-"""What the CLI prints, as pure functions: status text and JSON, outcomes, progress, option types."""
+"""What the CLI prints, as pure functions: status text and JSON, outcomes, progress, options."""
 
 from __future__ import annotations
 
@@ -123,7 +123,10 @@ def test_status_text_of_a_partial_pause_shows_each_hold_with_its_source() -> Non
     assert "pausing" in lines[4] and "running 1 (send[abcdef01])" in lines[4]
     assert "applying" in lines[5]
     assert "starting" in lines[6] and "applied gen" not in lines[6]
-    assert lines[-1] == "Queues: emails ? waiting (paused)   web 3 waiting   (? = the broker cannot tell)"
+    assert (
+        lines[-1]
+        == "Queues: emails ? waiting (paused)   web 3 waiting   (? = the broker cannot tell)"
+    )
 
 
 def test_status_text_when_running_and_no_worker() -> None:
@@ -293,7 +296,10 @@ def test_live_progress_redraws_in_place_on_a_terminal() -> None:
     live.close()
 
     # Then the first block is erased (cursor up + clear line per line) before the next
-    assert first == "Waiting: 0 of 1 workers confirmed, 1 task still running\n  w1@h  finishing 1: a[id-1]\n"
+    assert (
+        first
+        == "Waiting: 0 of 1 workers confirmed, 1 task still running\n  w1@h  finishing 1: a[id-1]\n"
+    )
     rest = out.getvalue()[len(first) :]
     assert rest.startswith("\x1b[F\x1b[K\x1b[F\x1b[K")
     assert "Waiting: 1 of 1 workers confirmed, 0 tasks still running\n" in rest
@@ -338,9 +344,7 @@ def test_option_types_convert_or_fail_with_the_reason() -> None:
 
 def test_masked_hides_store_and_broker_passwords() -> None:
     app = Celery("m", set_as_current=False)
-    app.conf.update(
-        broker_url="amqp://u:brokerpw@h//", pause_store_url="redis://:storepw@h:6379/0"
-    )
+    app.conf.update(broker_url="amqp://u:brokerpw@h//", pause_store_url="redis://:storepw@h:6379/0")
     text = masked("failed redis://:storepw@h and amqp://u:brokerpw@h", app)
     assert "storepw" not in text and "brokerpw" not in text
     assert text == "failed redis://:**@h and amqp://u:**@h"

@@ -1,4 +1,4 @@
-"""The README's first command: ``python examples/demo.py``, end to end, and its clean exit on Ctrl-C."""
+"""The README's first command, ``python examples/demo.py``: end to end, and Ctrl-C."""
 
 from __future__ import annotations
 
@@ -170,4 +170,6 @@ def test_demo_tally_fails_when_a_task_starts_during_the_pause_or_is_lost() -> No
     assert not lost.held and lost.line() == "ran=2 started_during_pause=0 lost=1"
 
     # And one starting twice: not held
-    assert not tally(sent, [start("a", 5), start("b", 25), start("c", 26), start("c", 27)], 10, 20).held
+    assert not tally(
+        sent, [start("a", 5), start("b", 25), start("c", 26), start("c", 27)], 10, 20
+    ).held
