@@ -60,6 +60,7 @@ class LiveProgress:
 
     def _erase(self) -> None:
         self.stream.write(ERASE_LINE_ABOVE * self._height)
+        self.stream.flush()
         self._height = 0
 
     def _write(self, lines: Sequence[str]) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import pty
 import signal
 import subprocess
 import sys
@@ -124,3 +125,40 @@ def test_ctrl_c_while_waiting_keeps_the_pause(world: Cluster) -> None:
     assert waiting.returncode == 130, err
     assert "Stopped waiting. The pause stays in effect." in err
     assert celery_pause.status(world.app).paused.everything
+
+
+def test_wait_redraws_its_progress_in_place_on_a_terminal(world: Cluster) -> None:
+    # Given a worker busy with a task, and the command's output on a terminal
+    worker = world.worker("w1")
+    worker.wait_applied()
+    task_id = world.send("busy", 2.0)
+    world.wait_records(1)
+    controller, terminal = pty.openpty()
+    waiting = subprocess.Popen(
+        command("pause", "--wait"), cwd=ROOT, env=world.env(),
+        stdin=subprocess.DEVNULL, stdout=terminal, stderr=terminal,
+    )  # fmt: skip
+    os.close(terminal)
+
+    # When the pause is confirmed
+    screen = b""
+    try:
+        while True:
+            try:
+                chunk = os.read(controller, 4096)
+            except OSError:  # the terminal closed: the command is done
+                break
+            if not chunk:
+                break
+            screen += chunk
+        assert waiting.wait(60) == 0, screen.decode(errors="replace")
+    finally:
+        os.close(controller)
+        if waiting.poll() is None:
+            waiting.kill()
+
+    # Then the progress named the task, was erased in place, and the confirmation is left
+    text = screen.decode(errors="replace")
+    assert f"finishing 1: tests.proj.record[{task_id[:8]}]" in text
+    assert "\x1b[F\x1b[K" in text
+    assert text.rstrip().endswith("Confirmed by 1 worker: nothing in scope is running.")
