@@ -277,6 +277,18 @@ class Cluster:
         self.workers.append(worker)
         return worker.start() if start else worker
 
+    def env(self, extra: dict[str, Any] | None = None) -> dict[str, str]:
+        """The environment under which ``celery -A tests.proj`` builds this cluster's app."""
+        return {
+            **os.environ,
+            "PAUSE_TEST_NAMESPACE": self.namespace,
+            "PAUSE_TEST_BROKER": self.broker,
+            "PAUSE_TEST_STORE": self.store_url,
+            "PAUSE_TEST_POLL": str(self.poll_interval),
+            "PAUSE_TEST_EXTRA": json.dumps({**self.extra, **(extra or {})}),
+            "PYTHONPATH": str(ROOT),
+        }
+
     def send(
         self, tag: str, duration: float = 0.0, *, queue: str | None = None, **options: Any
     ) -> str:
