@@ -25,9 +25,11 @@ from celery.bin.base import CeleryCommand
 from click.core import ParameterSource
 
 from . import api
+from .admin import serve
 from .conf import config_for
 from .depths import queue_depths
 from .errors import AlreadyPaused, ConfigurationError, InvalidInput, PauseTimeout, StoreError
+from .journal import format_history, history
 from .live import LiveProgress
 from .render import (
     PAUSED,
@@ -296,23 +298,36 @@ def confirm(ctx: click.Context, generation: int, timeout: float) -> None:
 
 @pause.command(cls=CeleryCommand)
 @click.option("--json", "as_json", is_flag=True, help="One JSON document (schema in README).")
+@click.option(
+    "--history", "with_history", is_flag=True,
+    help="Also show the recorded pauses and resumes, newest first.",
+)  # fmt: skip
 @click.pass_context
-def status(ctx: click.Context, as_json: bool) -> None:
+def status(ctx: click.Context, as_json: bool, with_history: bool) -> None:
     """Show the holds, every live worker and the queues."""
     app: Celery = ctx.obj.app
     with operator_errors(ctx):
         current = api.status(app)
         timeout = config_for(app).store_timeout
+        entries = history(app) if with_history else []
     depths = queue_depths(app, status_queues(current, list(app.amqp.queues)), timeout)
     if as_json:
-        click.echo(json.dumps(status_json(current, depths), indent=2))
+        doc = status_json(current, depths)
+        if with_history:
+            doc["history"] = [entry.to_json() for entry in entries]
+        click.echo(json.dumps(doc, indent=2))
         return
     lines = status_lines(current, depths)
     state = cluster_state(current.paused)
     coloured = ctx.obj.style(state, fg=STATE_COLOURS.get(state, "yellow"), bold=True)
     lines[0] = lines[0].replace(state, coloured, 1)
+    if with_history:
+        lines.append(format_history(entries))
     for line in lines:
         ctx.obj.echo(line)
+
+
+pause.add_command(serve)
 
 
 # -- resume -------------------------------------------------------------------------------------

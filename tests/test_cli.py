@@ -402,3 +402,27 @@ def test_worker_started_while_paused_fetches_nothing_and_status_shows_it(world: 
     records = world.wait_records(6)
     assert sorted(r["id"] for r in records) == sorted(sent)
     wait_for(lambda: status_doc(world)["queues"][0]["waiting"] == 0, timeout=20, what="empty")
+
+
+# -- status --history and serve ------------------------------------------------------------------
+def test_status_history_shows_who_paused_and_resumed(world: Cluster) -> None:
+    # Given a pause and a resume made through the CLI
+    assert pause(world, "--by", "ann@ops", "--reason", "db upgrade").exit_code == 0
+    assert resume(world).exit_code == 0
+
+    # Then `status --history` lists both, newest first, in text and in JSON
+    text = pause(world, "status", "--history")
+    assert text.exit_code == 0, text.output
+    lines = text.output.splitlines()
+    first = lines.index("History (newest first):")
+    assert "resume" in lines[first + 1] and "pause" in lines[first + 2]
+    assert "ann@ops" in lines[first + 2] and "db upgrade" in lines[first + 2]
+    doc = json.loads(pause(world, "status", "--json", "--history").stdout)
+    assert [(e["action"], e["by"]) for e in doc["history"]][1] == ("pause", "ann@ops")
+    assert "history" not in status_doc(world)
+
+
+def test_pause_serve_is_a_subcommand_that_insists_on_a_token(world: Cluster) -> None:
+    result = pause(world, "serve")
+    assert result.exit_code == 2
+    assert "--token-file" in result.output
