@@ -16,7 +16,7 @@ import tempfile
 import time
 import uuid
 from collections.abc import Iterable
-from contextlib import suppress
+from contextlib import ExitStack, suppress
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -47,8 +47,9 @@ class World:
         self.tmp = Path(tempfile.mkdtemp(prefix="celery-pause-bench-"))
         self.poll_interval = poll_interval
         self.conf = conf
-        self.broker = RedisServer().start()
-        self.store = RedisServer().start()
+        self._servers = ExitStack()
+        self.broker = self._servers.enter_context(RedisServer())
+        self.store = self._servers.enter_context(RedisServer())
         self.app: Celery = self._app(install=True)
         self.records = self.broker.client(RECORDS_DB)
         self.broker_client = self.broker.client(0)
@@ -156,8 +157,7 @@ class World:
                 worker.stop(timeout=20)
             worker.kill()
         self.workers.clear()
-        self.broker.stop()
-        self.store.stop()
+        self._servers.close()
         if not keep_logs:
             shutil.rmtree(self.tmp, ignore_errors=True)
 

@@ -14,6 +14,7 @@ from .errors import (
     PauseTimeout,
     StoreError,
 )
+from .journal import HistoryEntry, format_history, history
 from .report import WorkerReport
 from .state import Hold, PauseState, Scope
 
@@ -23,6 +24,7 @@ __all__ = (
     "AlreadyPaused",
     "ClusterStatus",
     "ConfigurationError",
+    "HistoryEntry",
     "Hold",
     "InvalidInput",
     "PauseError",
@@ -34,6 +36,8 @@ __all__ = (
     "Scope",
     "StoreError",
     "WorkerReport",
+    "format_history",
+    "history",
     "install",
     "pause",
     "resume",

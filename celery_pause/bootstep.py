@@ -30,7 +30,7 @@ class PauseStep(bootsteps.StartStopStep):
     """Holds every task of a paused queue before it reaches the pool."""
 
     label = "celery-pause"
-    requires = ("celery.worker.consumer.tasks:Tasks",)
+    requires = ("celery.worker.consumer.tasks:Tasks", "celery_pause.monitor:MonitorStep")
 
     def __init__(self, c: Consumer, **kwargs: Any) -> None:
         super().__init__(c, **kwargs)
@@ -48,9 +48,11 @@ class PauseStep(bootsteps.StartStopStep):
             hostname=c.hostname,
             gate=self.gate,
             deliver=self._deliver,
-            return_expired=lambda: c.call_soon(self._return_expired),
+            return_expired=self._schedule_return,
         )
         self.holds: tuple[Hold, ...] = ()
+        self.latest: tuple[int, Scope] | None = None
+        self._return_scheduled = False
 
     def start(self, c: Consumer) -> None:
         self.consumer = c
@@ -99,14 +101,20 @@ class PauseStep(bootsteps.StartStopStep):
     # -- state changes ----------------------------------------------------------------
     def _deliver(self, snapshot: Snapshot) -> None:
         """From the sync thread: close the gate at once, apply the rest on the loop."""
-        generation = snapshot.state.generation
-        scope = snapshot.state.paused(snapshot.now)
-        if self.sync.applied == (generation, scope):
+        latest = (snapshot.state.generation, snapshot.state.paused(snapshot.now))
+        if self.sync.applied == latest:
             return
-        if scope:
-            self.gate.scope = self.gate.scope | scope
         self.holds = snapshot.state.live_holds(snapshot.now)
-        self.consumer.call_soon(self.apply, generation, scope)
+        self.latest = latest
+        if latest[1]:
+            self.gate.scope = self.gate.scope | latest[1]
+        self.consumer.call_soon(self._apply_latest)
+
+    def _apply_latest(self) -> None:
+        # Apply the newest state delivered, not the one this callback was queued for:
+        # callbacks queued by earlier reads must not reopen what a later read closed.
+        if self.latest is not None and self.latest != self.sync.applied:
+            self.apply(*self.latest)
 
     def apply(self, generation: int, scope: Scope) -> None:
         """On the consumer loop: match consumers, gate and held tasks to ``scope``."""
@@ -114,9 +122,12 @@ class PauseStep(bootsteps.StartStopStep):
         previous = self.sync.applied[1] if self.sync.applied else NOTHING
         self.gate.scope = scope
         if c.task_consumer is not None:
+            listed = {queue.name for queue in c.task_consumer.queues}
             for name in self.consumed or ():
                 consuming = c.task_consumer.consuming_from(name)
-                if scope.covers(name) and consuming:
+                # Listed but not consuming yet: at start(), before the loop's first
+                # consume, which would otherwise fetch a prefetch's worth to hold.
+                if scope.covers(name) and (consuming or name in listed):
                     c.cancel_task_queue(name)
                 elif not scope.covers(name) and not consuming:
                     c.add_task_queue(name)
@@ -147,7 +158,14 @@ class PauseStep(bootsteps.StartStopStep):
             if isinstance(result, Exception):
                 logger.error("celery-pause: %r failed on %s: %r", receiver, signal.name, result)
 
+    def _schedule_return(self) -> None:
+        """From the sync thread: return expired held tasks on the loop, once."""
+        if not self._return_scheduled:
+            self._return_scheduled = True
+            self.consumer.call_soon(self._return_expired)
+
     def _return_expired(self) -> None:
+        self._return_scheduled = False
         returned = self.gate.return_expired(self.config.max_hold)
         if returned:
             logger.info(
@@ -183,10 +201,19 @@ class QueueResolver:
 
 def refuse_inexact_pool(c: Consumer) -> None:
     """Refuse pools where prefetched tasks reach the pool before the gate can hold them."""
-    if getattr(c.controller, "semaphore", None) is not None:
+    controller = c.controller
+    if (
+        getattr(c.pool, "uses_semaphore", False)
+        and getattr(controller, "pool_putlocks", False)
+        and getattr(controller, "semaphore", None) is not None
+    ):
         return  # prefork with putlocks: requests wait for a slot in the gate's reach
     if type(c.pool).__module__ == "celery.concurrency.solo":
         return  # one task at a time in the consumer thread: the gate sees each one
+    if type(c.pool).__module__ == "celery.concurrency.prefork" and c.pool.putlocks:
+        # No event loop (e.g. the filesystem transport): billiard blocks the consumer
+        # thread until a process is free, so prefetched tasks still wait before the gate.
+        return
     raise ConfigurationError(
         f"celery-pause cannot hold tasks on the {type(c.pool).__module__} pool: it hands "
         "prefetched tasks to the pool at once, where they can no longer be held. "

@@ -117,13 +117,20 @@ class Gate:
             # Straight to the channel rather than ``request.reject``, which defers to
             # the event loop: at warm shutdown the loop no longer runs.
             if not request.acknowledged:
-                request.message.reject_log_error(logger, request.connection_errors, requeue=True)
+                try:
+                    request.message.reject(requeue=True)
+                except Exception as exc:  # channel gone: the broker redelivers unacked messages
+                    logger.debug("celery-pause: task %s left to the broker: %r", request.id, exc)
                 request.acknowledged = True
             worker_state.task_ready(request)
             self.counters.returned += 1
 
     def running(self, scope: Scope) -> list[str]:
         """Ids of reserved requests in ``scope`` that the gate does not hold."""
+        return [task_id for task_id, _ in self.running_tasks(scope)]
+
+    def running_tasks(self, scope: Scope) -> list[tuple[str, str]]:
+        """``(id, task name)`` of reserved requests in ``scope`` that the gate does not hold."""
         if not scope:
             return []
         held = {id(req) for req, _ in self.held}
@@ -134,7 +141,9 @@ class Gate:
             except RuntimeError:  # the loop thread changed the set while we copied it
                 continue
         else:
-            return ["<unknown>"]
+            return [("<unknown>", "<unknown>")]
         return sorted(
-            req.id for req in reserved if id(req) not in held and scope.covers(self._queue_of(req))
+            (req.id, req.name)
+            for req in reserved
+            if id(req) not in held and scope.covers(self._queue_of(req))
         )

@@ -22,6 +22,8 @@ class WorkerReport:
     running: tuple[str, ...] = ()
     held: int = 0
     seen: float = 0.0
+    running_names: tuple[str, ...] = ()
+    """Task names, in the order of ``running``."""
 
     def quiet_for(self, generation: int) -> bool:
         """Whether this worker applied ``generation`` (or later) and runs nothing paused."""
@@ -36,10 +38,11 @@ class WorkerReport:
         try:
             data: dict[str, Any] = json.loads(raw)
             paused = data.get("paused")
-            if not isinstance(data.get("running", []), list) or not isinstance(
+            lists = (data.get("running", []), data.get("running_names", []))
+            if not all(isinstance(v, list) for v in lists) or not isinstance(
                 paused, (list, type(None))
             ):
-                raise TypeError("running and paused must be lists")
+                raise TypeError("running, running_names and paused must be lists")
             return cls(
                 hostname=str(data["hostname"]),
                 pid=int(data["pid"]),
@@ -49,6 +52,7 @@ class WorkerReport:
                 running=tuple(str(t) for t in data.get("running", ())),
                 held=int(data.get("held", 0)),
                 seen=float(data["seen"]),
+                running_names=tuple(str(n) for n in data.get("running_names", ())),
             )
         except (ValueError, KeyError, TypeError, AttributeError, OverflowError, RecursionError):
             return None

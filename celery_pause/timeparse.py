@@ -47,3 +47,16 @@ def parse_datetime(text: str) -> datetime:
         return moment.astimezone()
     except (OverflowError, ValueError, OSError):
         raise InvalidInput(f"date-time out of range: {text[:40]!r} (add a zone, e.g. …Z)") from None
+
+
+def format_duration(seconds: float) -> str:
+    """``25 minutes``, ``1 hour 30 minutes``, ``40 seconds``: the two largest units."""
+    remaining = max(0, round(seconds))
+    parts: list[str] = []
+    for unit, size in (("day", 86400), ("hour", 3600), ("minute", 60), ("second", 1)):
+        count, remaining = divmod(remaining, size)
+        if count:
+            parts.append(f"{count} {unit}" + ("" if count == 1 else "s"))
+        if len(parts) == 2 or (parts and not count):
+            break
+    return " ".join(parts) or "0 seconds"

@@ -39,7 +39,6 @@ def make_app(
     app = Celery("celery_pause_tests", set_as_current=False)
     app.conf.update(
         broker_url=broker,
-        pause_store_url=store or broker,
         pause_key_prefix=f"celery-pause-test:{namespace}",
         pause_poll_interval=poll_interval,
         task_default_queue=f"{namespace}.default",
@@ -50,6 +49,8 @@ def make_app(
         worker_redirect_stdouts=False,
         **extra,
     )
+    if store:
+        app.conf.pause_store_url = store
     if install:
         celery_pause.install(app)
     records = redis.Redis.from_url(os.environ.get("PAUSE_TEST_RECORDS", RECORDS_URL))

@@ -18,9 +18,9 @@ from celery_pause.errors import StoreError
 from celery_pause.stores import store_for
 from celery_pause.stores.file import FileStore
 
-from .harness import REDIS_BROKER, Cluster, wait_for
+from .harness import REDIS_BROKER, Cluster, free_port, wait_for
 from .proj import make_app
-from .redis_server import RedisServer, free_port
+from .redis_server import RedisServer
 
 SECRET = "s3cret-" + uuid.uuid4().hex
 WRONG = "wr0ng-" + uuid.uuid4().hex

@@ -9,19 +9,21 @@ import fcntl
 import os
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 from urllib.parse import quote, unquote, urlsplit
 
 from ..errors import StoreError
 from ..report import WorkerReport
 from ..state import PauseState
-from .base import Change, Snapshot, Store
+from .base import Change, Snapshot, Store, check_log_name, decode_entry, encode_entry
 
 
 class FileStore(Store):
-    """Keeps ``<dir>/<prefix>/state.json`` and one report file per worker."""
+    """Keeps ``<dir>/<prefix>/state.json``, one report file per worker and
+    ``log-<name>.jsonl`` files (one JSON entry a line, oldest first)."""
 
     def __init__(self, url: str, prefix: str) -> None:
         super().__init__(url, prefix)
@@ -32,6 +34,7 @@ class FileStore(Store):
         self.state_path = self.root / "state.json"
         self.workers_dir = self.root / "workers"
         self._lock_path = self.root / "state.lock"
+        self._log_lock_path = self.root / "log.lock"
 
     def now(self) -> float:
         return time.time()
@@ -71,14 +74,30 @@ class FileStore(Store):
                 reports.append(report)
         return reports
 
+    def append_log(self, log: str, entry: Mapping[str, Any], *, keep: int) -> None:
+        path = self.root / f"log-{check_log_name(log)}.jsonl"
+        data = encode_entry(entry)
+        # A lock of its own: appending never waits for, or blocks, a state update.
+        with self._locked(self._log_lock_path):
+            lines = (self._read(path) or b"").splitlines()
+            lines = [line for line in lines if line.strip()] + [data]
+            self._write(path, b"\n".join(lines[-max(keep, 1) :]) + b"\n")
+
+    def read_log(self, log: str, *, limit: int | None = None) -> list[dict[str, Any]]:
+        path = self.root / f"log-{check_log_name(log)}.jsonl"
+        if limit is not None and limit < 1:
+            return []
+        lines = [line for line in (self._read(path) or b"").splitlines() if line.strip()]
+        return [decode_entry(line) for line in lines[::-1][:limit]]
+
     def _worker_path(self, hostname: str) -> Path:
         return self.workers_dir / (quote(hostname, safe="") + ".json")
 
     @contextmanager
-    def _locked(self) -> Iterator[None]:
+    def _locked(self, lock_path: Path | None = None) -> Iterator[None]:
         try:
             self.root.mkdir(parents=True, exist_ok=True)
-            with open(self._lock_path, "a") as lock:
+            with open(lock_path or self._lock_path, "a") as lock:
                 fcntl.flock(lock, fcntl.LOCK_EX)
                 try:
                     yield

@@ -2,19 +2,29 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
+from typing import Any
 
 import redis
 
 from ..errors import StoreError
 from ..report import WorkerReport
 from ..state import PauseState
-from .base import Change, ClockOffset, Snapshot, Store
+from .base import (
+    Change,
+    ClockOffset,
+    Snapshot,
+    Store,
+    check_log_name,
+    decode_entry,
+    encode_entry,
+)
 
 
 class RedisStore(Store):
-    """Keeps ``<prefix>:state`` (JSON) and ``<prefix>:workers`` (hash of JSON reports)."""
+    """Keeps ``<prefix>:state`` (JSON), ``<prefix>:workers`` (hash of JSON reports)
+    and ``<prefix>:log:<name>`` (lists of JSON entries, newest first)."""
 
     def __init__(self, url: str, prefix: str, *, timeout: float = 2.0) -> None:
         super().__init__(url, prefix)
@@ -71,6 +81,23 @@ class RedisStore(Store):
             raw = self.client.hgetall(self.workers_key)
         reports = (WorkerReport.decode(value) for value in raw.values())
         return [report for report in reports if report is not None]
+
+    def append_log(self, log: str, entry: Mapping[str, Any], *, keep: int) -> None:
+        key = f"{self.prefix}:log:{check_log_name(log)}"
+        data = encode_entry(entry)
+        with self._failing():
+            pipe = self.client.pipeline(transaction=True)
+            pipe.lpush(key, data)
+            pipe.ltrim(key, 0, max(keep, 1) - 1)
+            pipe.execute()
+
+    def read_log(self, log: str, *, limit: int | None = None) -> list[dict[str, Any]]:
+        key = f"{self.prefix}:log:{check_log_name(log)}"
+        if limit is not None and limit < 1:
+            return []
+        with self._failing():
+            raw = self.client.lrange(key, 0, -1 if limit is None else limit - 1)
+        return [decode_entry(item) for item in raw]
 
     def close(self) -> None:
         self.client.close()
