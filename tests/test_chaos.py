@@ -198,19 +198,26 @@ class Chaos:
     def drop_a_store_connection(self) -> None:
         """CLIENT KILL one worker's store connection(s), found by their local ports."""
         worker = self.rng.choice(self.workers)
-        assert worker.proc is not None
-        ports = {
-            conn.laddr.port
-            for conn in psutil.Process(worker.proc.pid).net_connections(kind="tcp")
-            if conn.raddr and conn.raddr.port == self.server.port
-        }
         admin: redis.Redis = self.server.client()
-        dropped = 0
-        for client in admin.client_list():
-            port = int(client["addr"].rsplit(":", 1)[1])
-            if port in ports and int(client["db"]) == STORE_DB:
-                dropped += admin.client_kill_filter(_id=client["id"])
-        assert dropped, f"found no store connection of {worker.hostname} to drop"
+
+        def store_clients() -> list[str]:
+            # A worker started again a moment ago may not have connected yet.
+            worker.check_alive()
+            assert worker.proc is not None
+            ports = {
+                conn.laddr.port
+                for conn in psutil.Process(worker.proc.pid).net_connections(kind="tcp")
+                if conn.raddr and conn.raddr.port == self.server.port
+            }
+            return [
+                client["id"]
+                for client in admin.client_list()
+                if int(client["addr"].rsplit(":", 1)[1]) in ports and int(client["db"]) == STORE_DB
+            ]
+
+        found = wait_for(store_clients, timeout=30, what=f"{worker.hostname}'s store connection")
+        dropped = sum(int(admin.client_kill_filter(_id=client_id)) for client_id in found)
+        assert dropped, f"could not drop the store connection of {worker.hostname}"
         self.counts["store connections dropped"] += dropped
 
 
