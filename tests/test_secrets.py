@@ -45,9 +45,7 @@ def test_a_worker_with_a_password_in_the_store_url_never_shows_it(
     # Given a worker whose store URL carries a password, running at debug level
     cluster = Cluster(broker=REDIS_BROKER, tmp=tmp_path, store=server.url())
     try:
-        worker = cluster.worker("w1", start=False)
-        worker._args += ["-l", "debug"]
-        worker.start()
+        worker = cluster.worker("w1", args=("-l", "debug"))
         worker.wait_applied()
         celery_pause.pause(cluster.app, wait=True, timeout=30)
 
