@@ -31,6 +31,7 @@ def make_app(
     **extra: Any,
 ) -> Celery:
     """An app whose queues, store keys and control exchange are private to ``namespace``."""
+    breaker_options = extra.pop("test_breaker", None)
     app = Celery("celery_pause_tests", set_as_current=False)
     app.conf.update(
         broker_url=broker,
@@ -63,6 +64,10 @@ def make_app(
         time.sleep(duration)
         return tag
 
+    if breaker_options is not None:
+        from .breaker_proj import register
+
+        register(app, namespace, breaker_options)
     return app
 
 
