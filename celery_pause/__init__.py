@@ -16,6 +16,7 @@ from .errors import (
     PauseTimeout,
     StoreError,
 )
+from .journal import HistoryEntry, format_history, history
 from .report import WorkerReport
 from .state import Hold, PauseState, Scope
 
@@ -29,6 +30,7 @@ __all__ = (
     "CircuitBreaker",
     "ClusterStatus",
     "ConfigurationError",
+    "HistoryEntry",
     "Hold",
     "InvalidInput",
     "PauseError",
@@ -41,6 +43,8 @@ __all__ = (
     "StoreError",
     "WorkerReport",
     "breaker_statuses",
+    "format_history",
+    "history",
     "install",
     "pause",
     "resume",

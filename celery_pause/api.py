@@ -12,6 +12,7 @@ from datetime import datetime, timedelta
 
 from celery import Celery
 
+from . import journal
 from .conf import config_for
 from .control import REFRESH
 from .errors import AlreadyPaused, InvalidInput, PauseTimeout
@@ -107,17 +108,23 @@ def pause(
     notify_workers(app)
     hold = snapshot.state.holds[-1]
     generation = snapshot.state.generation
+    journal.record(app, journal.pause_entry(hold, generation, replaced))
     workers = wait_until_quiet(app, generation, timeout, progress) if wait else []
     return PauseResult(hold, generation, tuple(replaced), tuple(workers))
 
 
 def resume(
-    app: Celery, *, queues: Iterable[str] | str | None = None, force: bool = False
+    app: Celery,
+    *,
+    queues: Iterable[str] | str | None = None,
+    force: bool = False,
+    resumed_by: str | None = None,
 ) -> ResumeResult:
     """Remove the manual holds on ``queues`` (every queue by default).
 
     Holds owned by a circuit breaker stay unless ``force=True``. A hold on every
     queue cannot be lifted for some queues only: it stays, and is reported.
+    ``resumed_by`` (default ``user@host``) is recorded in the history.
     """
     scope = Scope.of(check_queues(queues))
     removed: list[Hold] = []
@@ -142,6 +149,17 @@ def resume(
     remaining = tuple(
         hold for hold in snapshot.state.live_holds(snapshot.now) if hold.scope.overlaps(scope)
     )
+    if removed:
+        entry = journal.resume_entry(
+            at=snapshot.now,
+            scope=scope,
+            by=resumed_by or default_operator(),
+            generation=snapshot.state.generation,
+            removed=removed,
+            kept=snapshot.state.holds,
+            forced=force,
+        )
+        journal.record(app, entry)
     return ResumeResult(tuple(removed), remaining, snapshot.state.generation)
 
 

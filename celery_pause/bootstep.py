@@ -30,7 +30,7 @@ class PauseStep(bootsteps.StartStopStep):
     """Holds every task of a paused queue before it reaches the pool."""
 
     label = "celery-pause"
-    requires = ("celery.worker.consumer.tasks:Tasks",)
+    requires = ("celery.worker.consumer.tasks:Tasks", "celery_pause.monitor:MonitorStep")
 
     def __init__(self, c: Consumer, **kwargs: Any) -> None:
         super().__init__(c, **kwargs)
@@ -51,6 +51,7 @@ class PauseStep(bootsteps.StartStopStep):
             return_expired=lambda: c.call_soon(self._return_expired),
         )
         self.holds: tuple[Hold, ...] = ()
+        self.latest: tuple[int, Scope] | None = None
 
     def start(self, c: Consumer) -> None:
         self.consumer = c
@@ -99,14 +100,20 @@ class PauseStep(bootsteps.StartStopStep):
     # -- state changes ----------------------------------------------------------------
     def _deliver(self, snapshot: Snapshot) -> None:
         """From the sync thread: close the gate at once, apply the rest on the loop."""
-        generation = snapshot.state.generation
-        scope = snapshot.state.paused(snapshot.now)
-        if self.sync.applied == (generation, scope):
+        latest = (snapshot.state.generation, snapshot.state.paused(snapshot.now))
+        if self.sync.applied == latest:
             return
-        if scope:
-            self.gate.scope = self.gate.scope | scope
         self.holds = snapshot.state.live_holds(snapshot.now)
-        self.consumer.call_soon(self.apply, generation, scope)
+        self.latest = latest
+        if latest[1]:
+            self.gate.scope = self.gate.scope | latest[1]
+        self.consumer.call_soon(self._apply_latest)
+
+    def _apply_latest(self) -> None:
+        # Apply the newest state delivered, not the one this callback was queued for:
+        # callbacks queued by earlier reads must not reopen what a later read closed.
+        if self.latest is not None and self.latest != self.sync.applied:
+            self.apply(*self.latest)
 
     def apply(self, generation: int, scope: Scope) -> None:
         """On the consumer loop: match consumers, gate and held tasks to ``scope``."""
@@ -183,7 +190,12 @@ class QueueResolver:
 
 def refuse_inexact_pool(c: Consumer) -> None:
     """Refuse pools where prefetched tasks reach the pool before the gate can hold them."""
-    if getattr(c.controller, "semaphore", None) is not None:
+    controller = c.controller
+    if (
+        getattr(c.pool, "uses_semaphore", False)
+        and getattr(controller, "pool_putlocks", False)
+        and getattr(controller, "semaphore", None) is not None
+    ):
         return  # prefork with putlocks: requests wait for a slot in the gate's reach
     if type(c.pool).__module__ == "celery.concurrency.solo":
         return  # one task at a time in the consumer thread: the gate sees each one

@@ -17,6 +17,12 @@ DEFAULTS: dict[str, Any] = {
     "pause_max_hold": 300.0,
     "pause_worker_ttl": 10.0,
     "pause_store_timeout": 2.0,
+    "pause_http_port": None,
+    "pause_http_host": "127.0.0.1",
+    "pause_health_stall_after": 120.0,
+    "pause_warn_after": 3600.0,
+    "pause_warn_every": 900.0,
+    "pause_history_size": 500,
 }
 
 
@@ -30,6 +36,12 @@ class PauseConfig:
     max_hold: float
     worker_ttl: float
     store_timeout: float
+    http_port: int | None = None
+    http_host: str = "127.0.0.1"
+    health_stall_after: float = 120.0
+    warn_after: float | None = 3600.0
+    warn_every: float = 900.0
+    history_size: int = 500
 
     @classmethod
     def from_app(cls, app: Celery) -> PauseConfig:
@@ -46,6 +58,16 @@ class PauseConfig:
             max_hold=_bounded_hold(app, _positive(values, "pause_max_hold")),
             worker_ttl=max(_positive(values, "pause_worker_ttl"), 3 * poll_interval),
             store_timeout=_positive(values, "pause_store_timeout"),
+            http_port=_port(values["pause_http_port"]),
+            http_host=str(values["pause_http_host"]),
+            health_stall_after=_positive(values, "pause_health_stall_after"),
+            warn_after=(
+                None
+                if values["pause_warn_after"] is None
+                else _positive(values, "pause_warn_after")
+            ),
+            warn_every=_positive(values, "pause_warn_every"),
+            history_size=_count(values, "pause_history_size"),
         )
 
 
@@ -78,6 +100,28 @@ def _positive(values: dict[str, Any], key: str) -> float:
         raise ConfigurationError(f"{key} must be a number, got {values[key]!r}") from None
     if value <= 0:
         raise ConfigurationError(f"{key} must be positive, got {value!r}")
+    return value
+
+
+def _port(value: Any) -> int | None:
+    """``None`` (off), or a TCP port; 0 picks a free one."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, str)):
+        raise ConfigurationError(f"pause_http_port must be a port number, got {value!r}")
+    try:
+        port = int(value)
+    except ValueError:
+        raise ConfigurationError(f"pause_http_port must be a port number, got {value!r}") from None
+    if not 0 <= port <= 65535:
+        raise ConfigurationError(f"pause_http_port must be within 0-65535, got {port}")
+    return port
+
+
+def _count(values: dict[str, Any], key: str) -> int:
+    value = values[key]
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ConfigurationError(f"{key} must be a whole number of at least 1, got {value!r}")
     return value
 
 

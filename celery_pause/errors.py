@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from celery.exceptions import ImproperlyConfigured
+
 if TYPE_CHECKING:
     from .state import Hold
 
@@ -12,7 +14,7 @@ class PauseError(Exception):
     """Base class of every celery-pause error."""
 
 
-class ConfigurationError(PauseError):
+class ConfigurationError(PauseError, ImproperlyConfigured):
     """A setting is missing or has a value celery-pause cannot use."""
 
 

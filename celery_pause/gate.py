@@ -122,7 +122,10 @@ class Gate:
             # Straight to the channel rather than ``request.reject``, which defers to
             # the event loop: at warm shutdown the loop no longer runs.
             if not request.acknowledged:
-                request.message.reject_log_error(logger, request.connection_errors, requeue=True)
+                try:
+                    request.message.reject(requeue=True)
+                except Exception as exc:  # channel gone: the broker redelivers unacked messages
+                    logger.debug("celery-pause: task %s left to the broker: %r", request.id, exc)
                 request.acknowledged = True
             worker_state.task_ready(request)
             self.counters.returned += 1

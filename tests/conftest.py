@@ -29,3 +29,13 @@ def cluster(broker: str, tmp_path: Path) -> Iterator[Cluster]:
     world = Cluster(broker=broker, tmp=tmp_path)
     yield world
     world.close()
+
+
+@pytest.fixture(params=["redis", "file"])
+def store_cluster(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Cluster]:
+    """A private app on the Redis broker, with its pause state in each kind of store."""
+    require("Redis", "127.0.0.1", 6379)
+    store = f"file://{tmp_path}/store" if request.param == "file" else None
+    world = Cluster(broker=REDIS_BROKER, tmp=tmp_path, store=store)
+    yield world
+    world.close()

@@ -4,17 +4,19 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Callable
-from contextlib import suppress
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any, TypeVar
 
+import psutil
 import pytest
 import redis
 from celery import Celery
@@ -47,9 +49,7 @@ def require(service: str, host: str, port: int) -> None:
     pytest.skip(message)
 
 
-def wait_for(
-    probe: Callable[[], T], *, timeout: float, what: str, interval: float = 0.02
-) -> T:
+def wait_for(probe: Callable[[], T], *, timeout: float, what: str, interval: float = 0.02) -> T:
     """Poll ``probe`` until it returns something truthy; fail after ``timeout`` seconds."""
     deadline = time.monotonic() + timeout
     while True:
@@ -59,6 +59,37 @@ def wait_for(
         if time.monotonic() >= deadline:
             raise AssertionError(f"timed out after {timeout}s waiting for {what}")
         time.sleep(interval)
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@contextmanager
+def redis_server(port: int, password: str) -> Iterator[None]:
+    """A private, throw-away redis-server on ``port`` for as long as the block runs."""
+    server = subprocess.Popen(
+        [
+            shutil.which("redis-server") or "redis-server",
+            "--port",
+            str(port),
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--requirepass",
+            password,
+        ],
+        stdout=subprocess.DEVNULL,
+    )
+    try:
+        wait_for(lambda: answers("127.0.0.1", port), timeout=10, what="redis-server to start")
+        yield
+    finally:
+        server.terminate()
+        server.wait(10)
 
 
 class Worker:
@@ -76,30 +107,46 @@ class Worker:
     def start(self) -> Worker:
         with open(self.log, "ab") as log:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "celery", "-A", "tests.proj", "worker",
-                 "-n", self.hostname, "--without-mingle", "--without-gossip",
-                 "-l", "info", *self._args],
-                cwd=ROOT, env=self._env, stdout=log, stderr=subprocess.STDOUT,
+                [
+                    sys.executable,
+                    "-m",
+                    "celery",
+                    "-A",
+                    "tests.proj",
+                    "worker",
+                    "-n",
+                    self.hostname,
+                    "--without-mingle",
+                    "--without-gossip",
+                    "-l",
+                    "info",
+                    *self._args,
+                ],
+                cwd=ROOT,
+                env=self._env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
                 start_new_session=True,
             )
         return self
 
     def wait_applied(self, generation: int = 0, timeout: float = 30.0) -> celery_pause.WorkerReport:
-        """Wait until this worker reports it applied ``generation`` (or later)."""
+        """Wait until this worker applied ``generation`` (or later) and runs nothing paused."""
 
         def applied() -> celery_pause.WorkerReport | None:
             self.check_alive()
             for report in celery_pause.status(self.cluster.app).workers:
-                if report.hostname == self.hostname and report.status == "applied":
-                    if report.generation >= generation:
-                        return report
+                if report.hostname == self.hostname and report.quiet_for(generation):
+                    return report
             return None
 
         return wait_for(applied, timeout=timeout, what=f"{self.hostname} to apply gen {generation}")
 
     def check_alive(self) -> None:
         if self.proc is not None and self.proc.poll() is not None:
-            raise AssertionError(f"{self.hostname} exited with {self.proc.returncode}:\n{self.tail()}")
+            raise AssertionError(
+                f"{self.hostname} exited with {self.proc.returncode}:\n{self.tail()}"
+            )
 
     def stop(self, timeout: float = 30.0) -> int | None:
         """Warm shutdown (SIGTERM), escalating to SIGKILL after ``timeout`` seconds."""
@@ -119,6 +166,45 @@ class Worker:
                 os.killpg(self.proc.pid, signal.SIGKILL)
             self.proc.wait(10)
 
+    def broker_ports(self, port: int) -> list[int]:
+        """Local ports of this worker's TCP connections to ``port`` on the loopback."""
+        assert self.proc is not None
+        connections = psutil.Process(self.proc.pid).net_connections(kind="tcp")
+        return [c.laddr.port for c in connections if c.raddr and c.raddr.port == port]
+
+    def drop_connections(self) -> int:
+        """Cut every connection of this worker to Redis or RabbitMQ, from the server side."""
+        dropped = 0
+        client = redis.Redis.from_url(REDIS_STORE)
+        for port in self.broker_ports(6379):
+            dropped += int(client.client_kill_filter(_id=None, addr=f"127.0.0.1:{port}") or 0)
+        ports = set(self.broker_ports(5672))
+        if ports:
+            listing = subprocess.run(
+                ["rabbitmqctl", "-q", "list_connections", "pid", "peer_port"],
+                capture_output=True,
+                text=True,
+                timeout=60,
+                check=True,
+            ).stdout
+            for line in listing.splitlines():
+                pid, _, port = line.partition("\t")
+                if port.strip().isdigit() and int(port) in ports:
+                    subprocess.run(
+                        ["rabbitmqctl", "-q", "close_connection", pid, "test: connection dropped"],
+                        capture_output=True,
+                        timeout=60,
+                        check=True,
+                    )
+                    dropped += 1
+        return dropped
+
+    def log_count(self, text: str) -> int:
+        try:
+            return self.log.read_text(errors="replace").count(text)
+        except OSError:
+            return 0
+
     def tail(self, lines: int = 40) -> str:
         try:
             return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
@@ -130,18 +216,33 @@ class Cluster:
     """One test's private world: namespace, client app, workers, records."""
 
     def __init__(
-        self, *, broker: str, tmp: Path, store: str | None = None, poll_interval: float = 1.0,
+        self,
+        *,
+        broker: str,
+        tmp: Path,
+        store: str | None = None,
+        poll_interval: float = 1.0,
         **extra: Any,
     ) -> None:
         self.namespace = "t" + uuid.uuid4().hex[:10]
         self.broker = broker
-        self.store_url = store or REDIS_STORE
+        self.store_url = REDIS_STORE if store is None else store  # "": no store set
         self.tmp = tmp
         self.poll_interval = poll_interval
+        if broker.startswith("redis"):
+            # kombu's own keys (unacked messages, bindings) are private to the test too
+            options = extra.get("broker_transport_options", {})
+            extra["broker_transport_options"] = {
+                "global_keyprefix": f"{self.namespace}:",
+                **options,
+            }
         self.extra = extra
         self.app: Celery = make_app(
-            namespace=self.namespace, broker=broker, store=self.store_url,
-            poll_interval=poll_interval, **extra,
+            namespace=self.namespace,
+            broker=broker,
+            store=self.store_url,
+            poll_interval=poll_interval,
+            **extra,
         )
         self.records_client = redis.Redis.from_url(RECORDS_URL)
         self.record_key = f"celery-pause-test:{self.namespace}:records"
@@ -151,8 +252,15 @@ class Cluster:
         return f"{self.namespace}.{name}"
 
     def worker(
-        self, name: str = "w1", *, queues: list[str] | None = None, concurrency: int = 1,
-        pool: str = "prefork", extra: dict[str, Any] | None = None, start: bool = True,
+        self,
+        name: str = "w1",
+        *,
+        queues: list[str] | None = None,
+        concurrency: int = 1,
+        pool: str = "prefork",
+        extra: dict[str, Any] | None = None,
+        start: bool = True,
+        args: tuple[str, ...] = (),
     ) -> Worker:
         env = {
             **os.environ,
@@ -164,8 +272,7 @@ class Cluster:
             "PYTHONPATH": str(ROOT),
         }
         names = ",".join(queues or [self.queue()])
-        args = ["-P", pool, "-c", str(concurrency), "-Q", names]
-        worker = Worker(self, name, args, env)
+        worker = Worker(self, name, ["-P", pool, "-c", str(concurrency), "-Q", names, *args], env)
         self.workers.append(worker)
         return worker.start() if start else worker
 
@@ -195,18 +302,22 @@ class Cluster:
             with suppress(AssertionError):
                 worker.stop(timeout=20)
             worker.kill()
-        store = celery_pause.stores.store_for(self.app)
+        with suppress(celery_pause.PauseError):
+            celery_pause.stores.store_for(self.app).close()
         prefix = f"celery-pause-test:{self.namespace}"
         if self.store_url.startswith("redis"):
             client = redis.Redis.from_url(self.store_url)
-            for key in client.scan_iter(f"{prefix}*"):
-                client.delete(key)
-        store.close()
+            with suppress(redis.RedisError):  # a test's private store may be gone already
+                for key in client.scan_iter(f"{prefix}*"):
+                    client.delete(key)
         self.records_client.delete(self.record_key)
         self._delete_queues()
 
     def _delete_queues(self) -> None:
-        names = {self.queue(), *(q for w in self.workers for q in w._args[w._args.index("-Q") + 1].split(","))}
+        names = {
+            self.queue(),
+            *(q for w in self.workers for q in w._args[w._args.index("-Q") + 1].split(",")),
+        }
         with suppress(Exception), self.app.connection_for_write() as conn:
             channel = conn.default_channel
             for name in names:

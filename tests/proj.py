@@ -35,7 +35,6 @@ def make_app(
     app = Celery("celery_pause_tests", set_as_current=False)
     app.conf.update(
         broker_url=broker,
-        pause_store_url=store or broker,
         pause_key_prefix=f"celery-pause-test:{namespace}",
         pause_poll_interval=poll_interval,
         task_default_queue=f"{namespace}.default",
@@ -46,6 +45,8 @@ def make_app(
         worker_redirect_stdouts=False,
         **extra,
     )
+    if store:
+        app.conf.pause_store_url = store
     celery_pause.install(app)
     records = redis.Redis.from_url(RECORDS_URL)
     record_key = f"celery-pause-test:{namespace}:records"

@@ -5,7 +5,12 @@ from __future__ import annotations
 import time
 from datetime import datetime, timezone
 
+import pytest
+
 import celery_pause
+from celery_pause import PauseTimeout, WorkerReport
+from celery_pause.state import EVERYTHING, Hold, PauseState
+from celery_pause.stores import store_for
 
 from .harness import Cluster, Worker, wait_for
 
@@ -63,3 +68,107 @@ def test_nothing_starts_while_paused_even_prefetched_eta_or_after_restart(cluste
     assert not cluster.started_between(window_start, window_end)
     assert sorted(r["id"] for r in records) == sorted(sent)
     assert all(r["started"] >= eta_due for r in records if r["tag"].startswith("eta"))
+
+
+def active_queues(cluster: Cluster, worker: Worker) -> list[str]:
+    replies = cluster.app.control.inspect([worker.hostname], timeout=2).active_queues() or {}
+    return sorted(q["name"] for q in replies.get(worker.hostname, []))
+
+
+def test_per_queue_pause_leaves_other_queues_flowing(cluster: Cluster) -> None:
+    # Given a worker consuming two queues
+    paused_q, open_q = cluster.queue("reports"), cluster.queue("emails")
+    worker = cluster.worker("w1", queues=[paused_q, open_q], concurrency=2)
+    worker.wait_applied()
+
+    # When one queue is paused
+    result = celery_pause.pause(cluster.app, queues=[paused_q], wait=True, timeout=20)
+    window_start = time.time()
+    assert active_queues(cluster, worker) == [open_q]
+    held_ids = [cluster.send(f"r{i}", queue=paused_q) for i in range(5)]
+    open_ids = [cluster.send(f"e{i}", queue=open_q) for i in range(5)]
+
+    # Then the other queue's tasks all run, and none of the paused queue's
+    records = cluster.wait_records(5)
+    assert sorted(r["id"] for r in records) == sorted(open_ids)
+    stays_quiet_on(cluster, paused_q, window_start, 1.0)
+
+    # When resumed, the worker consumes exactly its queues again and the held tasks run once
+    window_end = time.time()
+    celery_pause.resume(cluster.app)
+    records = cluster.wait_records(10)
+    assert sorted(r["id"] for r in records) == sorted(held_ids + open_ids)
+    assert not [
+        r for r in cluster.started_between(window_start, window_end) if r["queue"] == paused_q
+    ]
+    worker.wait_applied(result.generation + 1)
+    assert active_queues(cluster, worker) == sorted([paused_q, open_q])
+
+
+def stays_quiet_on(cluster: Cluster, queue: str, since: float, seconds: float) -> None:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        started = [r for r in cluster.started_between(since, float("inf")) if r["queue"] == queue]
+        assert not started, f"tasks of paused {queue} started: {started}"
+        time.sleep(0.05)
+
+
+def test_broker_connection_dropped_while_paused_stays_paused(cluster: Cluster) -> None:
+    # Given a paused worker holding prefetched tasks
+    worker = cluster.worker("w1")
+    worker.wait_applied()
+    sent = [cluster.send(f"t{i}", 0.3) for i in range(8)]
+    cluster.wait_records(1)
+    celery_pause.pause(cluster.app, wait=True, timeout=20)
+    window_start = time.time()
+    connected = worker.log_count("Connected to")
+
+    # When its broker connection is cut from the server side
+    assert worker.drop_connections() >= 1
+    wait_for(
+        lambda: worker.log_count("Connected to") > connected,
+        timeout=30,
+        what="the worker to reconnect",
+    )
+
+    # Then it is still paused after the reconnect, and nothing was lost
+    worker.wait_applied()
+    stays_quiet(cluster, window_start, 2.0)
+    window_end = time.time()
+    celery_pause.resume(cluster.app)
+    records = cluster.wait_records(len(sent))
+    assert not cluster.started_between(window_start, window_end)
+    assert sorted(r["id"] for r in records) == sorted(sent)
+
+
+def test_a_lost_push_is_caught_up_by_polling(cluster: Cluster) -> None:
+    # Given a worker, and a pause recorded without any broadcast (as if the push was lost)
+    worker = cluster.worker("w1")
+    worker.wait_applied()
+
+    def add_hold(state: PauseState, now: float) -> PauseState:
+        return state.with_holds([*state.holds, Hold(scope=EVERYTHING, paused_at=now)])
+
+    snapshot, _ = store_for(cluster.app).update(add_hold)
+    began = time.monotonic()
+
+    # Then the worker applies it by polling, within a poll interval or so
+    worker.wait_applied(snapshot.state.generation, timeout=cluster.poll_interval * 5)
+    assert time.monotonic() - began < cluster.poll_interval * 5
+    window_start = time.time()
+    sent = cluster.send("t")
+    stays_quiet(cluster, window_start, 1.0)
+    celery_pause.resume(cluster.app)
+    assert [r["id"] for r in cluster.wait_records(1)] == [sent]
+
+
+def test_wait_counts_a_worker_that_is_still_starting(cluster: Cluster) -> None:
+    # Given a worker that registered itself but has not applied any state yet
+    store = store_for(cluster.app)
+    store.put_worker(WorkerReport(hostname="booting@host", pid=1, seen=store.now()))
+
+    # Then a waited pause does not call the cluster quiet without it
+    with pytest.raises(PauseTimeout) as timed_out:
+        celery_pause.pause(cluster.app, wait=True, timeout=0.5)
+    assert timed_out.value.busy == {"booting@host": []}
+    assert "has not applied the pause" in str(timed_out.value)

@@ -6,7 +6,7 @@ import json
 import re
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -15,6 +15,8 @@ from kombu.utils.url import sanitize_url
 from ..errors import InvalidInput, StoreError
 from ..report import WorkerReport
 from ..state import PauseState
+
+LOG_NAME = re.compile(r"[a-z][a-z0-9_-]{0,63}\Z")
 
 Change = Callable[[PauseState, float], PauseState | None]
 """Given the current state and store time, the next state, or ``None`` for no change."""
@@ -71,6 +73,18 @@ class Store(ABC):
     @abstractmethod
     def worker_reports(self) -> list[WorkerReport]:
         """Every recorded worker report, live or stale."""
+
+    def append_log(self, log: str, entry: Mapping[str, Any], *, keep: int) -> None:
+        """Append ``entry`` (a JSON object) to the list ``log``, keeping the newest ``keep``.
+
+        Independent of :meth:`update`: it neither takes part in nor waits for a
+        state change, so it may be called right after one.
+        """
+        raise NotImplementedError(f"{type(self).__name__} keeps no logs")
+
+    def read_log(self, log: str, *, limit: int | None = None) -> list[dict[str, Any]]:
+        """The newest ``limit`` entries of ``log`` (every kept one by default), newest first."""
+        raise NotImplementedError(f"{type(self).__name__} keeps no logs")
 
     def close(self) -> None:  # noqa: B027  (optional hook)
         """Release connections or files."""
@@ -183,3 +197,29 @@ class ClockOffset:
             self._offset = self._read_clock() - local
             self._read_at = time.monotonic()
         return local + self._offset
+
+
+def check_log_name(log: str) -> str:
+    """A log name: lower-case letters, digits, ``-`` and ``_``, used in keys and file names."""
+    if not LOG_NAME.match(log):
+        raise InvalidInput(f"not a log name: {log[:40]!r}")
+    return log
+
+
+def encode_entry(entry: Mapping[str, Any]) -> bytes:
+    """One log entry as compact single-line JSON."""
+    try:
+        return json.dumps(dict(entry), separators=(",", ":"), allow_nan=False).encode()
+    except (TypeError, ValueError) as exc:
+        raise InvalidInput(f"log entries must be JSON objects: {exc}") from None
+
+
+def decode_entry(raw: bytes | str) -> dict[str, Any]:
+    """A stored log entry; something that is not one is reported, not dropped."""
+    try:
+        entry = json.loads(raw)
+    except (ValueError, RecursionError) as exc:
+        return {"unreadable": f"{exc}"[:200]}
+    if not isinstance(entry, dict):
+        return {"unreadable": f"expected an object, got {type(entry).__name__}"}
+    return entry

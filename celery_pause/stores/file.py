@@ -10,7 +10,7 @@ import json
 import os
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -26,13 +26,17 @@ from .base import (
     Snapshot,
     Store,
     check_key,
+    check_log_name,
+    decode_entry,
     decode_record,
+    encode_entry,
     encode_record,
 )
 
 
 class FileStore(Store):
-    """Keeps ``<dir>/<prefix>/state.json`` and one report file per worker.
+    """Keeps ``<dir>/<prefix>/state.json``, one report file per worker and
+    ``log-<name>.jsonl`` files (one JSON entry a line, oldest first).
 
     Events, records and leases are JSON files in ``events/``, ``records/`` and
     ``leases/``, each kind changed under its own ``fcntl`` lock file.
@@ -47,6 +51,7 @@ class FileStore(Store):
         self.state_path = self.root / "state.json"
         self.workers_dir = self.root / "workers"
         self._lock_path = self.root / "state.lock"
+        self._log_lock_path = self.root / "log.lock"
         self.events_dir = self.root / "events"
         self.records_dir = self.root / "records"
         self.leases_dir = self.root / "leases"
@@ -88,6 +93,22 @@ class FileStore(Store):
             if report is not None:
                 reports.append(report)
         return reports
+
+    def append_log(self, log: str, entry: Mapping[str, Any], *, keep: int) -> None:
+        path = self.root / f"log-{check_log_name(log)}.jsonl"
+        data = encode_entry(entry)
+        # A lock of its own: appending never waits for, or blocks, a state update.
+        with self._locked(self._log_lock_path):
+            lines = (self._read(path) or b"").splitlines()
+            lines = [line for line in lines if line.strip()] + [data]
+            self._write(path, b"\n".join(lines[-max(keep, 1) :]) + b"\n")
+
+    def read_log(self, log: str, *, limit: int | None = None) -> list[dict[str, Any]]:
+        path = self.root / f"log-{check_log_name(log)}.jsonl"
+        if limit is not None and limit < 1:
+            return []
+        lines = [line for line in (self._read(path) or b"").splitlines() if line.strip()]
+        return [decode_entry(line) for line in lines[::-1][:limit]]
 
     # -- shared counters, records and leases --------------------------------------------
     def add_event(self, key: str, *, window: float, detail: str = "", limit: int = 1000) -> int:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import math
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any, cast
 
@@ -22,7 +22,10 @@ from .base import (
     Snapshot,
     Store,
     check_key,
+    check_log_name,
+    decode_entry,
     decode_record,
+    encode_entry,
     encode_record,
 )
 
@@ -46,7 +49,8 @@ return 0
 
 
 class RedisStore(Store):
-    """Keeps ``<prefix>:state`` (JSON) and ``<prefix>:workers`` (hash of JSON reports).
+    """Keeps ``<prefix>:state`` (JSON), ``<prefix>:workers`` (hash of JSON reports)
+    and ``<prefix>:log:<name>`` (lists of JSON entries, newest first).
 
     Events live in sorted sets ``<prefix>:events:<key>`` (JSON members scored by
     time), records in the hash ``<prefix>:records`` (JSON objects, updated with
@@ -112,6 +116,23 @@ class RedisStore(Store):
             raw = self.client.hgetall(self.workers_key)
         reports = (WorkerReport.decode(value) for value in raw.values())
         return [report for report in reports if report is not None]
+
+    def append_log(self, log: str, entry: Mapping[str, Any], *, keep: int) -> None:
+        key = f"{self.prefix}:log:{check_log_name(log)}"
+        data = encode_entry(entry)
+        with self._failing():
+            pipe = self.client.pipeline(transaction=True)
+            pipe.lpush(key, data)
+            pipe.ltrim(key, 0, max(keep, 1) - 1)
+            pipe.execute()
+
+    def read_log(self, log: str, *, limit: int | None = None) -> list[dict[str, Any]]:
+        key = f"{self.prefix}:log:{check_log_name(log)}"
+        if limit is not None and limit < 1:
+            return []
+        with self._failing():
+            raw = self.client.lrange(key, 0, -1 if limit is None else limit - 1)
+        return [decode_entry(item) for item in raw]
 
     # -- shared counters, records and leases --------------------------------------------
     def add_event(self, key: str, *, window: float, detail: str = "", limit: int = 1000) -> int:

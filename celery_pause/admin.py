@@ -1,0 +1,445 @@
+"""The admin API and status page: ``celery -A proj pause serve``.
+
+``GET /status`` (JSON), ``POST /pause`` and ``POST /resume`` (JSON bodies with the
+CLI's option names), all behind a bearer token compared in constant time.
+``GET /`` serves a status page that asks for the token and then shows the holds,
+breakers, workers, queue depths and history, refreshing itself, with pause and
+resume forms.
+
+Served by the standard library's WSGI server (see :mod:`celery_pause.webserver`):
+three JSON endpoints and one static page need no framework, the package gains no
+dependency, and :func:`make_admin_app` is a plain WSGI application that can be
+mounted under gunicorn or waitress behind TLS instead.
+"""
+
+from __future__ import annotations
+
+import hmac
+import ipaddress
+import json
+import logging
+import signal
+import threading
+import time
+from collections.abc import Callable
+from contextlib import suppress
+from datetime import datetime, timedelta, timezone
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import click
+from celery import Celery
+from celery.bin.base import CeleryCommand
+
+from .api import ClusterStatus, pause, resume, status
+from .errors import AlreadyPaused, ConfigurationError, InvalidInput, PauseError, StoreError
+from .journal import HistoryEntry, format_history, history
+from .state import BREAKER_PREFIX, Hold, format_time
+from .timeparse import parse_datetime, parse_duration
+from .webserver import Request, Response, Server, is_loopback, json_response, wsgi_app
+
+__all__ = ("AdminAPI", "format_history", "make_admin_app", "read_token", "serve")
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_PORT = 5580
+HISTORY_SHOWN = 20
+DEPTH_CACHE = 2.0
+PAUSE_FIELDS = ("reason", "by", "queues", "resume_after", "resume_at", "force")
+RESUME_FIELDS = ("queues", "force", "by")
+STATIC = {
+    "/": ("index.html", "text/html; charset=utf-8"),
+    "/page.js": ("page.js", "text/javascript; charset=utf-8"),
+    "/page.css": ("page.css", "text/css; charset=utf-8"),
+}
+PAGE_HEADERS = (
+    (
+        "Content-Security-Policy",
+        "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; "
+        "img-src 'self'; form-action 'none'; frame-ancestors 'none'; base-uri 'none'",
+    ),
+    ("Referrer-Policy", "no-referrer"),
+    ("X-Frame-Options", "DENY"),
+)
+
+
+class AdminAPI:
+    """Answers the admin endpoints for ``app``; ``token`` ``None`` means no authentication."""
+
+    def __init__(self, app: Celery, *, token: bytes | None) -> None:
+        self.app = app
+        self.token = token
+        self._depths: tuple[float, dict[str, int | None], str | None] = (float("-inf"), {}, None)
+        self._depth_lock = threading.Lock()
+
+    def __call__(self, request: Request) -> Response:
+        if request.path in STATIC:
+            if request.method not in ("GET", "HEAD"):
+                return json_response(405, {"error": "use GET"}, (("Allow", "GET, HEAD"),))
+            name, content_type = STATIC[request.path]
+            body = resources.files("celery_pause").joinpath(f"static/{name}").read_bytes()
+            return Response(200, body, content_type, PAGE_HEADERS)
+        routes: dict[tuple[str, str], Callable[[Request], Response]] = {
+            ("GET", "/status"): self.get_status,
+            ("POST", "/pause"): self.post_pause,
+            ("POST", "/resume"): self.post_resume,
+        }
+        route = routes.get((request.method, request.path))
+        if route is None:
+            allowed = [method for method, path in routes if path == request.path]
+            if allowed:
+                return json_response(405, {"error": f"use {allowed[0]}"}, (("Allow", allowed[0]),))
+            return json_response(404, {"error": "try GET /status, POST /pause, POST /resume"})
+        refusal = self.authenticate(request)
+        if refusal is not None:
+            return refusal
+        if request.method == "POST" and not _is_json(request):
+            return json_response(
+                415, {"error": "send a JSON body (Content-Type: application/json)"}
+            )
+        try:
+            return route(request)
+        except InvalidInput as exc:
+            return json_response(400, {"error": str(exc)})
+        except AlreadyPaused as exc:
+            return json_response(
+                409, {"error": str(exc), "holds": [hold_json(h) for h in exc.holds]}
+            )
+        except (StoreError, ConfigurationError) as exc:
+            return json_response(503, {"error": str(exc)})
+        except PauseError as exc:
+            return json_response(500, {"error": str(exc)})
+
+    def authenticate(self, request: Request) -> Response | None:
+        """``None`` if the request may go on, else the refusal."""
+        if self.token is None:
+            # No token: served on loopback only. Refuse other Host names so that a
+            # web page cannot reach this server through DNS rebinding.
+            if not loopback_host(request.host):
+                return json_response(403, {"error": "unauthenticated server: loopback hosts only"})
+            return None
+        scheme, _, given = request.headers.get("authorization", "").partition(" ")
+        if scheme.lower() != "bearer" or not hmac.compare_digest(
+            given.strip().encode(), self.token
+        ):
+            logger.warning(
+                "celery-pause admin: refused %s %s: bad or missing token",
+                request.method,
+                request.path,
+            )
+            return json_response(
+                401,
+                {"error": "authentication required: send Authorization: Bearer <token>"},
+                (("WWW-Authenticate", 'Bearer realm="celery-pause"'),),
+            )
+        return None
+
+    # -- endpoints ----------------------------------------------------------------------
+    def get_status(self, request: Request) -> Response:
+        return json_response(200, self.status_document())
+
+    def post_pause(self, request: Request) -> Response:
+        body = _body(request, PAUSE_FIELDS)
+        resume_after = body.get("resume_after")
+        resume_at = body.get("resume_at")
+        result = pause(
+            self.app,
+            reason=_opt_text(body, "reason"),
+            paused_by=_opt_text(body, "by") or _caller(request),
+            queues=_queues(body),
+            resume_after=_duration(resume_after) if resume_after not in (None, "") else None,
+            resume_at=_moment(resume_at) if resume_at not in (None, "") else None,
+            force=_flag(body, "force"),
+        )
+        logger.info("celery-pause admin: %s", result.hold.describe())
+        return json_response(
+            200,
+            {
+                "paused": result.hold.scope.names(),
+                "hold": hold_json(result.hold),
+                "generation": result.generation,
+                "replaced": [hold_json(h) for h in result.replaced],
+            },
+        )
+
+    def post_resume(self, request: Request) -> Response:
+        body = _body(request, RESUME_FIELDS)
+        result = resume(
+            self.app,
+            queues=_queues(body),
+            force=_flag(body, "force"),
+            resumed_by=_opt_text(body, "by") or _caller(request),
+        )
+        logger.info(
+            "celery-pause admin: resume removed %d hold(s), %d still in place",
+            len(result.removed),
+            len(result.remaining),
+        )
+        return json_response(
+            200,
+            {
+                "removed": [hold_json(h) for h in result.removed],
+                "remaining": [hold_json(h) for h in result.remaining],
+                "generation": result.generation,
+                "flowing": not result.remaining,
+            },
+        )
+
+    # -- the status document ------------------------------------------------------------
+    def status_document(self) -> dict[str, Any]:
+        """Holds, breakers, workers, queue depths and recent history, as JSON."""
+        current = status(self.app)
+        names = sorted(set(self.app.amqp.queues) | set(current.paused.queues))
+        depths, depth_error = self.queue_depths(names)
+        entries = history(self.app, limit=HISTORY_SHOWN)
+        return {
+            "state": state_word(current, names),
+            "now": format_time(current.now),
+            "store": current.store,
+            "generation": current.state.generation,
+            "paused": {"all": current.paused.everything, "queues": current.paused.names() or []},
+            "holds": [hold_json(h, current.now) for h in current.holds],
+            "breakers": [
+                {
+                    "name": h.source[len(BREAKER_PREFIX) :],
+                    "state": "open",
+                    "queues": h.scope.names(),
+                    "reason": h.reason,
+                    "since": format_time(h.paused_at) if h.paused_at else None,
+                }
+                for h in current.holds
+                if h.source.startswith(BREAKER_PREFIX)
+            ],
+            "workers": [
+                {
+                    "hostname": w.hostname,
+                    "status": w.status,
+                    "generation": w.generation,
+                    "paused": w.paused,
+                    "running": list(w.running),
+                    "held": w.held,
+                    "seen_seconds_ago": round(max(0.0, current.now - w.seen), 1),
+                }
+                for w in current.workers
+            ],
+            "queues": [
+                {"name": name, "waiting": depths.get(name), "paused": current.paused.covers(name)}
+                for name in names
+            ],
+            "queues_error": depth_error,
+            "history": [entry_json(e) for e in entries],
+        }
+
+    def queue_depths(self, names: list[str]) -> tuple[dict[str, int | None], str | None]:
+        """Messages waiting per queue where the broker can tell, cached for a moment."""
+        with self._depth_lock:
+            read_at, depths, error = self._depths
+            if time.monotonic() - read_at < DEPTH_CACHE and set(depths) == set(names):
+                return depths, error
+            depths, error = read_depths(self.app, names)
+            self._depths = (time.monotonic(), depths, error)
+            return depths, error
+
+
+def read_depths(app: Celery, names: list[str]) -> tuple[dict[str, int | None], str | None]:
+    """Ask the broker how many messages wait in each queue (``None``: cannot tell)."""
+    depths: dict[str, int | None] = dict.fromkeys(names)
+    try:
+        with app.connection_for_read() as conn:
+            conn.ensure_connection(max_retries=1, timeout=3)
+            redis_like = conn.transport.driver_type == "redis"
+            for name in names:
+                channel = conn.channel()
+                try:
+                    _, count, _ = channel.queue_declare(name, passive=True)
+                    depths[name] = int(count)
+                except conn.channel_errors:
+                    # Redis keeps no empty queue; RabbitMQ does not know this one.
+                    depths[name] = 0 if redis_like else None
+                finally:
+                    with suppress(Exception):
+                        channel.close()
+    except Exception as exc:
+        return depths, f"cannot read queue depths from the broker: {type(exc).__name__}"
+    return depths, None
+
+
+def loopback_host(header: str) -> bool:
+    """Whether a ``Host`` header names this machine literally (no DNS lookup)."""
+    name = header.partition("]")[0][1:] if header.startswith("[") else header.partition(":")[0]
+    if name.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(name).is_loopback
+    except ValueError:
+        return False
+
+
+def state_word(current: ClusterStatus, queues: list[str]) -> str:
+    """RUNNING, PAUSED (every queue) or PARTIAL (some)."""
+    paused = current.paused
+    if not paused:
+        return "RUNNING"
+    if paused.everything or (queues and all(paused.covers(q) for q in queues)):
+        return "PAUSED"
+    return "PARTIAL"
+
+
+def hold_json(hold: Hold, now: float | None = None) -> dict[str, Any]:
+    doc = hold.to_json()
+    doc["paused_at_iso"] = format_time(hold.paused_at) if hold.paused_at else None
+    doc["resume_at_iso"] = format_time(hold.resume_at) if hold.resume_at else None
+    if now is not None and hold.paused_at:
+        doc["paused_seconds"] = round(max(0.0, now - hold.paused_at), 1)
+    return doc
+
+
+def entry_json(entry: HistoryEntry) -> dict[str, Any]:
+    doc = entry.to_json()
+    doc["at_iso"] = format_time(entry.at) if entry.at else None
+    return doc
+
+
+# -- request bodies -------------------------------------------------------------------------
+def _is_json(request: Request) -> bool:
+    return request.headers.get("content-type", "").split(";")[0].strip() == "application/json"
+
+
+def _body(request: Request, allowed: tuple[str, ...]) -> dict[str, Any]:
+    try:
+        body = json.loads(request.body or b"{}")
+    except (ValueError, RecursionError):
+        raise InvalidInput("the body is not valid JSON") from None
+    if not isinstance(body, dict):
+        raise InvalidInput("the body must be a JSON object")
+    unknown = sorted(set(body) - set(allowed))
+    if unknown:
+        raise InvalidInput(f"unknown field(s) {', '.join(unknown)}; use {', '.join(allowed)}")
+    return body
+
+
+def _caller(request: Request) -> str:
+    """Who to record when the body names nobody: the admin API and the client's address."""
+    return f"admin-api@{request.remote or 'unknown'}"
+
+
+def _opt_text(body: dict[str, Any], key: str) -> str | None:
+    value = body.get(key)
+    if value is None or value == "":
+        return None
+    if not isinstance(value, str):
+        raise InvalidInput(f"{key} must be a string")
+    return value
+
+
+def _flag(body: dict[str, Any], key: str) -> bool:
+    value = body.get(key, False)
+    if not isinstance(value, bool):
+        raise InvalidInput(f"{key} must be true or false")
+    return value
+
+
+def _queues(body: dict[str, Any]) -> list[str] | None:
+    """A list of names, or a comma-separated string as on the command line; empty means all."""
+    value = body.get("queues")
+    if value is None or value == "" or value == []:
+        return None
+    if isinstance(value, str):
+        value = value.split(",")
+    if not isinstance(value, list) or not all(isinstance(q, str) for q in value):
+        raise InvalidInput("queues must be a list of names or a comma-separated string")
+    return value
+
+
+def _duration(value: Any) -> timedelta:
+    if isinstance(value, bool):
+        raise InvalidInput("resume_after must be a duration such as 90s, 30m, 2h or seconds")
+    if isinstance(value, (int, float)):
+        return parse_duration(str(value))
+    if isinstance(value, str):
+        return parse_duration(value)
+    raise InvalidInput("resume_after must be a duration such as 90s, 30m, 2h or seconds")
+
+
+def _moment(value: Any) -> datetime:
+    if isinstance(value, str):
+        return parse_datetime(value)
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return datetime.fromtimestamp(float(value), tz=timezone.utc)
+    raise InvalidInput("resume_at must be an ISO 8601 date-time")
+
+
+# -- serving ----------------------------------------------------------------------------------
+def read_token(path: Path) -> bytes:
+    """The bearer token in ``path`` (surrounding whitespace ignored)."""
+    try:
+        token = path.read_bytes().strip()
+    except OSError as exc:
+        raise ConfigurationError(f"cannot read the token file {path}: {exc.strerror}") from None
+    if len(token) < 16:
+        raise ConfigurationError(
+            f"the token in {path} is too short: use at least 16 characters, for example "
+            "python -c 'import secrets; print(secrets.token_urlsafe(32))'"
+        )
+    return token
+
+
+def make_admin_app(app: Celery, *, token: bytes | None) -> Callable[..., Any]:
+    """The admin API as a WSGI application (``token=None``: no authentication)."""
+    return wsgi_app(AdminAPI(app, token=token))
+
+
+@click.command("serve", cls=CeleryCommand)
+@click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
+@click.option(
+    "--port",
+    default=DEFAULT_PORT,
+    show_default=True,
+    type=click.IntRange(0, 65535),
+    help="Port to listen on (0 picks a free one).",
+)
+@click.option(
+    "--token-file",
+    type=click.Path(dir_okay=False, path_type=Path),
+    envvar="CELERY_PAUSE_TOKEN_FILE",
+    help="File holding the bearer token clients must send (env CELERY_PAUSE_TOKEN_FILE).",
+)
+@click.option(
+    "--no-auth",
+    is_flag=True,
+    help="Serve without authentication: allowed on a loopback address only.",
+)
+@click.pass_context
+def serve(ctx: click.Context, host: str, port: int, token_file: Path | None, no_auth: bool) -> None:
+    """Serve the admin API and status page: GET /status, POST /pause, POST /resume, GET /."""
+    app: Celery = ctx.obj.app
+    if token_file is not None and no_auth:
+        raise click.UsageError("give --token-file or --no-auth, not both")
+    if token_file is None and not no_auth:
+        raise click.UsageError(
+            "the admin API needs a token: --token-file FILE (clients send "
+            "'Authorization: Bearer <token>'), or --no-auth on a loopback address"
+        )
+    if no_auth and not is_loopback(host):
+        raise click.UsageError(f"--no-auth is allowed on a loopback address only, not {host!r}")
+    try:
+        token = read_token(token_file) if token_file is not None else None
+    except ConfigurationError as exc:
+        raise click.UsageError(str(exc)) from None
+    try:
+        server = Server(make_admin_app(app, token=token), host, port, name="celery-pause-admin")
+    except OSError as exc:
+        raise click.ClickException(f"cannot listen on {host}:{port}: {exc.strerror}") from None
+    stop = threading.Event()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, lambda signum, frame: stop.set())
+    server.start()
+    auth = "bearer token required" if token is not None else "NO authentication (loopback only)"
+    click.echo(f"celery-pause admin on {server.url}/ ({auth}); Ctrl-C to stop", err=False)
+    try:
+        while not stop.wait(0.5):
+            pass
+    finally:
+        server.close()
+        click.echo("celery-pause admin stopped")

@@ -1,0 +1,143 @@
+// The celery-pause status page: reads GET /status every few seconds, posts the forms.
+// Text from the server is only ever set as textContent, never parsed as HTML.
+"use strict";
+
+const REFRESH_MS = 3000;
+const TOKEN_KEY = "celery-pause-token";
+
+function token() {
+  return sessionStorage.getItem(TOKEN_KEY) || "";
+}
+
+function headers() {
+  const h = { "Content-Type": "application/json" };
+  if (token()) h.Authorization = "Bearer " + token();
+  return h;
+}
+
+function say(text, kind) {
+  const el = document.getElementById("message");
+  el.textContent = text;
+  el.className = "message " + (kind || "");
+}
+
+function scope(queues) {
+  if (queues === null || queues === undefined) return "all queues";
+  return queues.length ? queues.join(", ") : "no queue";
+}
+
+function fill(id, rows) {
+  const body = document.querySelector("#" + id + " tbody");
+  body.replaceChildren();
+  if (!rows.length) {
+    const tr = document.createElement("tr");
+    const td = document.createElement("td");
+    td.colSpan = document.querySelectorAll("#" + id + " th").length;
+    td.className = "muted";
+    td.textContent = "none";
+    tr.append(td);
+    body.append(tr);
+    return;
+  }
+  for (const cells of rows) {
+    const tr = document.createElement("tr");
+    for (const cell of cells) {
+      const td = document.createElement("td");
+      td.textContent = cell === null || cell === undefined ? "" : String(cell);
+      tr.append(td);
+    }
+    body.append(tr);
+  }
+}
+
+function render(doc) {
+  const state = document.getElementById("state");
+  state.textContent = doc.state;
+  state.className = "state " + doc.state.toLowerCase();
+  document.getElementById("updated").textContent =
+    "generation " + doc.generation + " · updated " + doc.now;
+  fill("holds", doc.holds.map((h) => [
+    h.source, scope(h.queues), h.paused_by, h.reason, h.paused_at_iso, h.resume_at_iso || "—",
+  ]));
+  fill("breakers", doc.breakers.map((b) => [b.name, b.state, scope(b.queues), b.reason, b.since]));
+  fill("workers", doc.workers.map((w) => [
+    w.hostname, w.status, w.generation, scope(w.paused), w.running.length, w.held,
+    w.seen_seconds_ago + "s ago",
+  ]));
+  fill("queues", doc.queues.map((q) => [
+    q.name, q.waiting === null ? "?" : q.waiting, q.paused ? "paused" : "flowing",
+  ]));
+  document.getElementById("queues-error").textContent = doc.queues_error || "";
+  fill("history", doc.history.map((e) => [
+    e.at_iso, e.action, e.source, scope(e.queues), e.by, e.reason,
+  ]));
+}
+
+async function refresh() {
+  let response;
+  try {
+    response = await fetch("status", { headers: headers(), cache: "no-store" });
+  } catch (err) {
+    say("cannot reach the server: " + err, "error");
+    return;
+  }
+  if (response.status === 401) {
+    say("Enter the admin token to see the state.", "error");
+    return;
+  }
+  const doc = await response.json();
+  if (!response.ok) {
+    say(doc.error || "error " + response.status, "error");
+    return;
+  }
+  render(doc);
+}
+
+function formBody(form) {
+  const body = {};
+  for (const el of form.elements) {
+    if (!el.name) continue;
+    if (el.type === "checkbox") body[el.name] = el.checked;
+    else if (el.value.trim() !== "") body[el.name] = el.value.trim();
+  }
+  if (body.resume_at) body.resume_at = new Date(body.resume_at).toISOString();
+  return body;
+}
+
+async function submit(event, path) {
+  event.preventDefault();
+  const form = event.target;
+  const response = await fetch(path, {
+    method: "POST",
+    headers: headers(),
+    body: JSON.stringify(formBody(form)),
+  });
+  const doc = await response.json();
+  if (!response.ok) {
+    say(doc.error || "error " + response.status, "error");
+  } else if (path === "pause") {
+    say("Paused " + scope(doc.paused) + " (generation " + doc.generation + ").", "ok");
+    form.reset();
+  } else {
+    const rest = doc.remaining.length
+      ? " Still held by " + doc.remaining.map((h) => h.source).join(", ") + "."
+      : " The queues flow again.";
+    say("Removed " + doc.removed.length + " hold(s)." + rest, "ok");
+    form.reset();
+  }
+  await refresh();
+}
+
+document.addEventListener("DOMContentLoaded", () => {
+  document.getElementById("token").value = token();
+  document.getElementById("token-form").addEventListener("submit", (event) => {
+    event.preventDefault();
+    sessionStorage.setItem(TOKEN_KEY, document.getElementById("token").value.trim());
+    say("", "");
+    refresh();
+  });
+  document.getElementById("pause-form").addEventListener("submit", (e) => submit(e, "pause"));
+  document.getElementById("resume-form").addEventListener("submit", (e) => submit(e, "resume"));
+  refresh();
+  setInterval(refresh, REFRESH_MS);
+});

@@ -1,0 +1,110 @@
+"""The status page in a real headless Chromium: load, see the state, pause, see it, resume."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import celery_pause
+
+from .harness import REDIS_BROKER, Cluster
+from .test_admin import TOKEN, admin_server
+
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+WAIT_MS = 30_000
+
+
+def chromium() -> str:
+    """Debian's chromium; skipped without it on a laptop, a failure in CI."""
+    path = shutil.which("chromium")
+    problem = None if path else "chromium is not installed (apt-get install chromium)"
+    try:
+        import playwright.sync_api  # noqa: F401
+    except ImportError:
+        problem = "playwright is not installed (pip install playwright)"
+    if problem is None and path is not None:
+        return path
+    if os.environ.get("CI"):
+        pytest.fail(f"{problem} (CI must install it)")
+    pytest.skip(str(problem))
+
+
+@pytest.fixture
+def page(tmp_path: Path) -> Iterator[Any]:
+    executable = chromium()
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=executable, args=CHROMIUM_ARGS)
+        try:
+            yield browser.new_page()
+        finally:
+            browser.close()
+
+
+@pytest.fixture
+def world(redis_url: str, tmp_path: Path) -> Iterator[Cluster]:
+    cluster = Cluster(broker=REDIS_BROKER, tmp=tmp_path)
+    yield cluster
+    cluster.close()
+
+
+def test_the_status_page_pauses_and_resumes_the_cluster(
+    world: Cluster, page: Any, tmp_path: Path
+) -> None:
+    from playwright.sync_api import expect
+
+    # Given a running worker and the admin API with a token
+    worker = world.worker("w1")
+    worker.wait_applied()
+    with admin_server(world.app) as url:
+        # When the page is opened without the token, Then it asks for it
+        page.goto(url + "/")
+        expect(page.locator("#message")).to_contain_text("admin token", timeout=WAIT_MS)
+
+        # When the token is given, Then it shows the cluster running, its worker and queue
+        page.fill("#token", TOKEN)
+        page.click("#token-button")
+        expect(page.locator("#state")).to_have_text("RUNNING", timeout=WAIT_MS)
+        expect(page.locator("#workers")).to_contain_text(worker.hostname, timeout=WAIT_MS)
+        expect(page.locator("#queues")).to_contain_text(world.queue(), timeout=WAIT_MS)
+
+        # When the pause form is sent
+        page.fill("#pause-reason", "browser maintenance")
+        page.fill("#pause-by", "eve@ops")
+        page.click("#pause-button")
+
+        # Then the page shows the cluster paused, the hold and the history ...
+        expect(page.locator("#state")).to_have_text("PAUSED", timeout=WAIT_MS)
+        expect(page.locator("#holds")).to_contain_text("browser maintenance", timeout=WAIT_MS)
+        expect(page.locator("#history")).to_contain_text("eve@ops", timeout=WAIT_MS)
+        # ... and, once it refreshes itself, the worker that applied the pause
+        paused = celery_pause.status(world.app)
+        assert paused.paused.everything
+        worker.wait_applied(paused.state.generation)
+        expect(page.locator("#workers")).to_contain_text("all queues", timeout=WAIT_MS)
+        page.screenshot(path=str(tmp_path / "paused.png"), full_page=True)
+
+        # When the resume form is sent
+        page.fill("#resume-by", "eve@ops")
+        page.click("#resume-button")
+
+        # Then the page shows the cluster running again, and the resume in the history
+        expect(page.locator("#state")).to_have_text("RUNNING", timeout=WAIT_MS)
+        expect(page.locator("#message")).to_contain_text("flow again", timeout=WAIT_MS)
+        expect(page.locator("#history tbody tr").first).to_contain_text("resume")
+        assert not celery_pause.status(world.app).paused
