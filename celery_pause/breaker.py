@@ -291,10 +291,8 @@ class CircuitBreaker:
             queue = queue_of(app, request)
             if not self.scope.covers(queue):
                 return None
-            pause = store.read()
-            live = {hold.id for hold in pause.state.live_holds(pause.now)}
-            if record.hold_placed and record.hold_id not in live:
-                record = self.forced_close(store, record)
+            record, live = self.check_forced_resume(store, record)
+            if record.state == CLOSED:
                 return None
         except StoreError as exc:
             logger.error("celery-pause: circuit %s: %s", self.name, exc)
@@ -307,6 +305,21 @@ class CircuitBreaker:
         raise cast(
             BaseException, Retry(f"circuit {self.name} {state}: waits in {queue}", when=delay)
         )
+
+    def check_forced_resume(
+        self, store: Store, record: BreakerRecord
+    ) -> tuple[BreakerRecord, set[str]]:
+        """Close the breaker if an operator removed its hold; the record and the live holds.
+
+        ``record`` must have been read just before: the pause state is read after it,
+        and a hold is placed before the record says so, so a placed hold missing from
+        that later read was removed by someone else (``resume --force``).
+        """
+        pause = store.read()
+        live = {hold.id for hold in pause.state.live_holds(pause.now)}
+        if record.state != CLOSED and record.hold_placed and record.hold_id not in live:
+            record = self.forced_close(store, record)
+        return record, live
 
     def forced_close(self, store: Store, record: BreakerRecord) -> BreakerRecord:
         """Close because ``record``'s placed hold is gone: an operator's forced resume."""
@@ -349,17 +362,13 @@ class CircuitBreaker:
         record: BreakerRecord | None = None
         try:
             store = store_for(app)
+            self.check_forced_resume(store, self.read(store))
             count = store.add_event(self.key, window=self.window, detail=error)
-            pause = store.read()
-            live = {hold.id for hold in pause.state.live_holds(pause.now)}
             hold_id = uuid.uuid4().hex[:12]
             outcome: list[str] = []
 
             def after_failure(rec: BreakerRecord, now: float) -> BreakerRecord | None:
                 outcome.clear()
-                if rec.state != CLOSED and rec.hold_placed and rec.hold_id not in live:
-                    outcome.append("forced")
-                    return rec.close(now)
                 if period is not None:
                     reopened = rec.fail(period, now, error, self.policy, key=request.id)
                     if reopened is not None:
@@ -381,12 +390,6 @@ class CircuitBreaker:
                     request.id,
                     error,
                     record.reset_timeout or self.reset_timeout,
-                )
-            elif outcome == ["forced"]:
-                store.clear_events(self.key)
-                logger.warning(
-                    "celery-pause: circuit %s: its hold was removed by a forced resume; closed",
-                    self.name,
                 )
         except StoreError as exc_store:
             logger.error(
@@ -475,6 +478,9 @@ class BreakerTask(Task):
         try:
             result = super().__call__(*args, **kwargs)
         except (Retry, Ignore, Reject):
+            # Its own choice (or a counted failure, already recorded as the trial's).
+            if period is not None:
+                breaker.trial_succeeded(self.app, period, request.id)
             raise
         except BaseException as exc:
             if not breaker.counts(exc):

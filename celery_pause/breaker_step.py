@@ -44,6 +44,8 @@ ACTIVE_TICK = 0.25
 TRIAL_SCAN = 10
 """Messages looked at per queue for a task of the breaker when fetching a trial."""
 ERROR_LOG_EVERY = 30.0
+PLACE_GRACE = 30.0
+"""Seconds after opening within which a missing, never-placed hold is put in place."""
 
 
 @dataclass
@@ -245,7 +247,7 @@ class BreakerAgent(threading.Thread):
     def tick(self, breaker: CircuitBreaker) -> float:
         """Bring this worker's part in ``breaker`` up to date; seconds until the next look."""
         store = self.store
-        record = self.reconcile(breaker, breaker.read(store))
+        record = self.reconcile(breaker)
         mine = self.periods.get(breaker.name)
         if mine is not None and not self._still_mine(record, mine):
             self.end_period(breaker, mine)
@@ -266,26 +268,32 @@ class BreakerAgent(threading.Thread):
             return ACTIVE_TICK
         return self.poll
 
-    def reconcile(self, breaker: CircuitBreaker, record: BreakerRecord) -> BreakerRecord:
-        """Repair a hold that does not match the record (an interrupted writer, or an
-        operator's forced resume)."""
+    def reconcile(self, breaker: CircuitBreaker) -> BreakerRecord:
+        """The record, once holds that do not match it are repaired: a stale hold of this
+        breaker removed, a hold its tripper did not live to place put in place, and the
+        breaker closed if an operator removed its hold (``resume --force``)."""
         store = self.store
-        snapshot = store.read()
-        live = {hold.id for hold in snapshot.state.live_holds(snapshot.now)}
+        # Pause state first, record second: a hold present in that earlier read whose
+        # id the record no longer names belongs to a period that is over.
+        before = store.read()
+        record = breaker.read(store)
+        for hold in before.state.holds:
+            if hold.source == breaker.source and (
+                record.state == CLOSED or hold.id != record.hold_id
+            ):
+                breaker.drop_hold(self.app, store, hold.id)
         hold_id = record.hold_id
-        if hold_id is None:
+        if record.state == CLOSED or hold_id is None:
             return record
-        if record.state == CLOSED:
-            if hold_id in live:
-                breaker.drop_hold(self.app, store, hold_id)
-            return record
-        if hold_id in live:
-            if not record.hold_placed:
-                record, _ = breaker.change(store, lambda rec, now: rec.placed(hold_id))
-            return record
-        if not record.hold_placed:
+        if record.hold_placed:
+            return breaker.check_forced_resume(store, record)[0]
+        after = store.read()
+        if any(hold.id == hold_id for hold in after.state.live_holds(after.now)):
+            return breaker.change(store, lambda rec, now: rec.placed(hold_id))[0]
+        if after.now - (record.opened_at or after.now) < PLACE_GRACE:
             breaker.place_hold(self.app, store, record, paused_by=self.hostname)
             return breaker.read(store)
+        # Never placed, and long ago: whatever removed it meant the queues to flow.
         return breaker.forced_close(store, record)
 
     def can_serve(self, breaker: CircuitBreaker) -> bool:

@@ -79,7 +79,7 @@ def increment(store: Store, key: str) -> None:
 
 
 def take_lease(store: Store, key: str) -> bool:
-    return store.acquire_lease(key, f"owner-{multiprocessing.current_process().pid}", 30)
+    return store.acquire_lease(key, f"owner-{uuid.uuid4().hex}", 30)
 
 
 def corrupt_record(spec: tuple[str, str, str], store: Store, key: str) -> None:
