@@ -20,6 +20,7 @@ import celery_pause
 from celery_pause.breaker import REQUEUES_HEADER
 
 CHARGE_TASK = "tests.proj.charge"
+AUTORETRY_TASK = "tests.proj.charge_autoretry"
 DEPENDENCY_URL = "redis://127.0.0.1:6379/14"
 HANG_LIMIT = 120.0
 
@@ -59,9 +60,6 @@ def register(app: Celery, namespace: str, options: dict[str, Any]) -> celery_pau
         settings.pop("name", "dep"), probe=probe if use_probe else None, **settings
     )
 
-    @app.task(
-        name=CHARGE_TASK, bind=True, base=celery_pause.BreakerTask, breaker=breaker, shared=False
-    )
     def charge(self: Any, tag: str, duration: float = 0.1) -> str:
         """Call the dependency: record the run, then fail if it is down."""
         state = dependency()
@@ -81,4 +79,14 @@ def register(app: Celery, namespace: str, options: dict[str, Any]) -> celery_pau
             raise ConnectionError("dependency down")
         return tag
 
+    base = {"bind": True, "base": celery_pause.BreakerTask, "breaker": breaker, "shared": False}
+    app.task(name=CHARGE_TASK, **base)(charge)
+    # The same, with Celery's own retries on the same exception: one retry at most.
+    app.task(
+        name=AUTORETRY_TASK,
+        autoretry_for=(ConnectionError,),
+        max_retries=1,
+        default_retry_delay=0,
+        **base,
+    )(charge)
     return breaker

@@ -22,7 +22,7 @@ import redis
 import celery_pause
 from celery_pause.breaker import BreakerStatus
 
-from .breaker_proj import CHARGE_TASK, DEPENDENCY_URL, keys
+from .breaker_proj import AUTORETRY_TASK, CHARGE_TASK, DEPENDENCY_URL, keys
 from .harness import AMQP_BROKER, REDIS_BROKER, Cluster, Worker, require, wait_for
 
 DEADLINE = 60.0
@@ -42,9 +42,11 @@ class World:
     def dependency(self, state: str) -> None:
         self.client.set(self.keys["dependency"], state)
 
-    def send(self, count: int, duration: float = 0.1, tag: str = "t") -> list[str]:
+    def send(
+        self, count: int, duration: float = 0.1, tag: str = "t", task: str = CHARGE_TASK
+    ) -> list[str]:
         ids = [
-            str(self.app.send_task(CHARGE_TASK, args=(f"{tag}{i}", duration), queue=self.queue).id)
+            str(self.app.send_task(task, args=(f"{tag}{i}", duration), queue=self.queue).id)
             for i in range(count)
         ]
         self.sent += ids
@@ -131,8 +133,15 @@ def test_breaker_trips_across_workers_pauses_probes_once_and_every_task_complete
     for worker in workers:
         worker.wait_applied()
 
-    # When tasks fail against it on both workers
-    world.send(10, duration=0.3)
+    # When a task with Celery's own autoretry (max_retries=1) fails twice against it
+    (lone,) = world.send(1, duration=0.3, tag="a", task=AUTORETRY_TASK)
+    wait_for(
+        lambda: len([r for r in world.runs() if r["id"] == lone]) >= 2,
+        timeout=DEADLINE,
+        what="the autoretry task to fail twice",
+    )
+    # ... and more tasks fail against it on both workers
+    world.send(9, duration=0.3)
     opened = world.wait_state("open")
     paused_at = world.wait_paused_everywhere(workers)
 
@@ -162,6 +171,9 @@ def test_breaker_trips_across_workers_pauses_probes_once_and_every_task_complete
     ok = world.wait_all_done()
     assert sorted(r["id"] for r in ok) == sorted(world.sent)
     assert all(r["retries"] == 0 for r in world.runs())
+    lone_runs = [r for r in world.runs() if r["id"] == lone]
+    assert len([r for r in lone_runs if not r["ok"]]) >= 2, "it outlived max_retries=1"
+    assert [r["requeues"] for r in lone_runs][:2] == [0, 1], "counted while the queue flowed"
     assert not world.breaker_holds()
     wait_for(lambda: world.breaker().failures == 0, timeout=10, what="the window to be cleared")
 
