@@ -22,7 +22,6 @@ import signal
 import threading
 import time
 from collections.abc import Callable
-from contextlib import suppress
 from datetime import datetime, timedelta, timezone
 from importlib import resources
 from pathlib import Path
@@ -32,10 +31,12 @@ import click
 from celery import Celery
 from celery.bin.base import CeleryCommand
 
-from .api import ClusterStatus, pause, resume, status
+from .api import pause, resume, status
+from .depths import queue_depths
 from .errors import AlreadyPaused, ConfigurationError, InvalidInput, PauseError, StoreError
-from .journal import HistoryEntry, format_history, history
-from .state import BREAKER_PREFIX, Hold, format_time
+from .journal import format_history, history
+from .render import status_json, status_queues
+from .state import BREAKER_PREFIX
 from .timeparse import parse_datetime, parse_duration
 from .webserver import Request, Response, Server, is_loopback, json_response, wsgi_app
 
@@ -70,7 +71,7 @@ class AdminAPI:
     def __init__(self, app: Celery, *, token: bytes | None) -> None:
         self.app = app
         self.token = token
-        self._depths: tuple[float, dict[str, int | None], str | None] = (float("-inf"), {}, None)
+        self._depths: tuple[float, dict[str, int | None]] = (float("-inf"), {})
         self._depth_lock = threading.Lock()
 
     def __call__(self, request: Request) -> Response:
@@ -104,7 +105,7 @@ class AdminAPI:
             return json_response(400, {"error": str(exc)})
         except AlreadyPaused as exc:
             return json_response(
-                409, {"error": str(exc), "holds": [hold_json(h) for h in exc.holds]}
+                409, {"error": str(exc), "holds": [h.to_json() for h in exc.holds]}
             )
         except (StoreError, ConfigurationError) as exc:
             return json_response(503, {"error": str(exc)})
@@ -157,9 +158,9 @@ class AdminAPI:
             200,
             {
                 "paused": result.hold.scope.names(),
-                "hold": hold_json(result.hold),
+                "hold": result.hold.to_json(),
                 "generation": result.generation,
-                "replaced": [hold_json(h) for h in result.replaced],
+                "replaced": [h.to_json() for h in result.replaced],
             },
         )
 
@@ -179,8 +180,8 @@ class AdminAPI:
         return json_response(
             200,
             {
-                "removed": [hold_json(h) for h in result.removed],
-                "remaining": [hold_json(h) for h in result.remaining],
+                "removed": [h.to_json() for h in result.removed],
+                "remaining": [h.to_json() for h in result.remaining],
                 "generation": result.generation,
                 "flowing": not result.remaining,
             },
@@ -188,81 +189,35 @@ class AdminAPI:
 
     # -- the status document ------------------------------------------------------------
     def status_document(self) -> dict[str, Any]:
-        """Holds, breakers, workers, queue depths and recent history, as JSON."""
+        """``pause status --json`` (schema 1), with the breakers and recent history."""
         current = status(self.app)
-        names = sorted(set(self.app.amqp.queues) | set(current.paused.queues))
-        depths, depth_error = self.queue_depths(names)
-        entries = history(self.app, limit=HISTORY_SHOWN)
-        return {
-            "state": state_word(current, names),
-            "now": format_time(current.now),
-            "store": current.store,
-            "generation": current.state.generation,
-            "paused": {"all": current.paused.everything, "queues": current.paused.names() or []},
-            "holds": [hold_json(h, current.now) for h in current.holds],
-            "breakers": [
-                {
-                    "name": h.source[len(BREAKER_PREFIX) :],
-                    "state": "open",
-                    "queues": h.scope.names(),
-                    "reason": h.reason,
-                    "since": format_time(h.paused_at) if h.paused_at else None,
-                }
-                for h in current.holds
-                if h.source.startswith(BREAKER_PREFIX)
-            ],
-            "workers": [
-                {
-                    "hostname": w.hostname,
-                    "status": w.status,
-                    "generation": w.generation,
-                    "paused": w.paused,
-                    "running": list(w.running),
-                    "held": w.held,
-                    "seen_seconds_ago": round(max(0.0, current.now - w.seen), 1),
-                }
-                for w in current.workers
-            ],
-            "queues": [
-                {"name": name, "waiting": depths.get(name), "paused": current.paused.covers(name)}
-                for name in names
-            ],
-            "queues_error": depth_error,
-            "history": [entry_json(e) for e in entries],
-        }
+        doc = status_json(current, self.queue_depths(status_queues(current, self.queue_names)))
+        doc["breakers"] = [
+            {
+                "name": h.source[len(BREAKER_PREFIX) :],
+                "state": "open",
+                "queues": h.scope.names(),
+                "reason": h.reason,
+                "since": h.paused_at or None,
+            }
+            for h in current.holds
+            if h.source.startswith(BREAKER_PREFIX)
+        ]
+        doc["history"] = [e.to_json() for e in history(self.app, limit=HISTORY_SHOWN)]
+        return doc
 
-    def queue_depths(self, names: list[str]) -> tuple[dict[str, int | None], str | None]:
+    @property
+    def queue_names(self) -> list[str]:
+        return list(self.app.amqp.queues)
+
+    def queue_depths(self, names: list[str]) -> dict[str, int | None]:
         """Messages waiting per queue where the broker can tell, cached for a moment."""
         with self._depth_lock:
-            read_at, depths, error = self._depths
-            if time.monotonic() - read_at < DEPTH_CACHE and set(depths) == set(names):
-                return depths, error
-            depths, error = read_depths(self.app, names)
-            self._depths = (time.monotonic(), depths, error)
-            return depths, error
-
-
-def read_depths(app: Celery, names: list[str]) -> tuple[dict[str, int | None], str | None]:
-    """Ask the broker how many messages wait in each queue (``None``: cannot tell)."""
-    depths: dict[str, int | None] = dict.fromkeys(names)
-    try:
-        with app.connection_for_read() as conn:
-            conn.ensure_connection(max_retries=1, timeout=3)
-            redis_like = conn.transport.driver_type == "redis"
-            for name in names:
-                channel = conn.channel()
-                try:
-                    _, count, _ = channel.queue_declare(name, passive=True)
-                    depths[name] = int(count)
-                except conn.channel_errors:
-                    # Redis keeps no empty queue; RabbitMQ does not know this one.
-                    depths[name] = 0 if redis_like else None
-                finally:
-                    with suppress(Exception):
-                        channel.close()
-    except Exception as exc:
-        return depths, f"cannot read queue depths from the broker: {type(exc).__name__}"
-    return depths, None
+            read_at, depths = self._depths
+            if time.monotonic() - read_at >= DEPTH_CACHE or set(depths) != set(names):
+                depths = queue_depths(self.app, names)
+                self._depths = (time.monotonic(), depths)
+            return depths
 
 
 def loopback_host(header: str) -> bool:
@@ -274,31 +229,6 @@ def loopback_host(header: str) -> bool:
         return ipaddress.ip_address(name).is_loopback
     except ValueError:
         return False
-
-
-def state_word(current: ClusterStatus, queues: list[str]) -> str:
-    """RUNNING, PAUSED (every queue) or PARTIAL (some)."""
-    paused = current.paused
-    if not paused:
-        return "RUNNING"
-    if paused.everything or (queues and all(paused.covers(q) for q in queues)):
-        return "PAUSED"
-    return "PARTIAL"
-
-
-def hold_json(hold: Hold, now: float | None = None) -> dict[str, Any]:
-    doc = hold.to_json()
-    doc["paused_at_iso"] = format_time(hold.paused_at) if hold.paused_at else None
-    doc["resume_at_iso"] = format_time(hold.resume_at) if hold.resume_at else None
-    if now is not None and hold.paused_at:
-        doc["paused_seconds"] = round(max(0.0, now - hold.paused_at), 1)
-    return doc
-
-
-def entry_json(entry: HistoryEntry) -> dict[str, Any]:
-    doc = entry.to_json()
-    doc["at_iso"] = format_time(entry.at) if entry.at else None
-    return doc
 
 
 # -- request bodies -------------------------------------------------------------------------

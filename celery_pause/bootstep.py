@@ -48,10 +48,11 @@ class PauseStep(bootsteps.StartStopStep):
             hostname=c.hostname,
             gate=self.gate,
             deliver=self._deliver,
-            return_expired=lambda: c.call_soon(self._return_expired),
+            return_expired=self._schedule_return,
         )
         self.holds: tuple[Hold, ...] = ()
         self.latest: tuple[int, Scope] | None = None
+        self._return_scheduled = False
 
     def start(self, c: Consumer) -> None:
         self.consumer = c
@@ -121,9 +122,12 @@ class PauseStep(bootsteps.StartStopStep):
         previous = self.sync.applied[1] if self.sync.applied else NOTHING
         self.gate.scope = scope
         if c.task_consumer is not None:
+            listed = {queue.name for queue in c.task_consumer.queues}
             for name in self.consumed or ():
                 consuming = c.task_consumer.consuming_from(name)
-                if scope.covers(name) and consuming:
+                # Listed but not consuming yet: at start(), before the loop's first
+                # consume, which would otherwise fetch a prefetch's worth to hold.
+                if scope.covers(name) and (consuming or name in listed):
                     c.cancel_task_queue(name)
                 elif not scope.covers(name) and not consuming:
                     c.add_task_queue(name)
@@ -154,7 +158,14 @@ class PauseStep(bootsteps.StartStopStep):
             if isinstance(result, Exception):
                 logger.error("celery-pause: %r failed on %s: %r", receiver, signal.name, result)
 
+    def _schedule_return(self) -> None:
+        """From the sync thread: return expired held tasks on the loop, once."""
+        if not self._return_scheduled:
+            self._return_scheduled = True
+            self.consumer.call_soon(self._return_expired)
+
     def _return_expired(self) -> None:
+        self._return_scheduled = False
         returned = self.gate.return_expired(self.config.max_hold)
         if returned:
             logger.info(
@@ -199,6 +210,10 @@ def refuse_inexact_pool(c: Consumer) -> None:
         return  # prefork with putlocks: requests wait for a slot in the gate's reach
     if type(c.pool).__module__ == "celery.concurrency.solo":
         return  # one task at a time in the consumer thread: the gate sees each one
+    if type(c.pool).__module__ == "celery.concurrency.prefork" and c.pool.putlocks:
+        # No event loop (e.g. the filesystem transport): billiard blocks the consumer
+        # thread until a process is free, so prefetched tasks still wait before the gate.
+        return
     raise ConfigurationError(
         f"celery-pause cannot hold tasks on the {type(c.pool).__module__} pool: it hands "
         "prefetched tasks to the pool at once, where they can no longer be held. "

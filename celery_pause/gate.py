@@ -132,6 +132,10 @@ class Gate:
 
     def running(self, scope: Scope) -> list[str]:
         """Ids of reserved requests in ``scope`` that the gate does not hold."""
+        return [task_id for task_id, _ in self.running_tasks(scope)]
+
+    def running_tasks(self, scope: Scope) -> list[tuple[str, str]]:
+        """``(id, task name)`` of reserved requests in ``scope`` that the gate does not hold."""
         if not scope:
             return []
         held = {id(req) for req, _ in self.held}
@@ -142,7 +146,9 @@ class Gate:
             except RuntimeError:  # the loop thread changed the set while we copied it
                 continue
         else:
-            return ["<unknown>"]
+            return [("<unknown>", "<unknown>")]
         return sorted(
-            req.id for req in reserved if id(req) not in held and scope.covers(self._queue_of(req))
+            (req.id, req.name)
+            for req in reserved
+            if id(req) not in held and scope.covers(self._queue_of(req))
         )

@@ -22,6 +22,8 @@ class WorkerReport:
     running: tuple[str, ...] = ()
     held: int = 0
     seen: float = 0.0
+    running_names: tuple[str, ...] = ()
+    """Task names, in the order of ``running``."""
 
     def quiet_for(self, generation: int) -> bool:
         """Whether this worker applied ``generation`` (or later) and runs nothing paused."""
@@ -45,6 +47,7 @@ class WorkerReport:
                 running=tuple(str(t) for t in data.get("running", ())),
                 held=int(data.get("held", 0)),
                 seen=float(data["seen"]),
+                running_names=tuple(str(n) for n in data.get("running_names", ())),
             )
         except (ValueError, KeyError, TypeError, AttributeError):
             return None

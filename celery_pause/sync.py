@@ -128,19 +128,21 @@ class StoreSync(threading.Thread):
             timeout = min(timeout, DRAIN_CHECK)
         if self.gate.held:
             oldest = self.gate.held[0][1]
-            timeout = min(timeout, oldest + self.config.max_hold - now)
+            timeout = min(timeout, max(oldest + self.config.max_hold - now, DRAIN_CHECK))
         return timeout
 
     def _publish(self) -> None:
         if self.applied is None:
             return
         generation, scope = self.applied
-        running = tuple(self.gate.running(scope))
+        tasks = self.gate.running_tasks(scope)
+        running = tuple(task_id for task_id, _ in tasks)
         key = (generation, scope, running, len(self.gate.held))
         if key == self._published and time.monotonic() < self._next_heartbeat:
             return
+        names = tuple(name for _, name in tasks)
         try:
-            self.store.put_worker(self._report(APPLIED, generation, scope.names(), running))
+            self.store.put_worker(self._report(APPLIED, generation, scope.names(), running, names))
         except StoreError as exc:
             self._log_store_error(exc)
             return
@@ -153,7 +155,12 @@ class StoreSync(threading.Thread):
             self._return_expired()
 
     def _report(
-        self, status: str, generation: int, paused: list[str] | None, running: tuple[str, ...]
+        self,
+        status: str,
+        generation: int,
+        paused: list[str] | None,
+        running: tuple[str, ...],
+        names: tuple[str, ...] = (),
     ) -> WorkerReport:
         return WorkerReport(
             hostname=self.hostname,
@@ -164,6 +171,7 @@ class StoreSync(threading.Thread):
             running=running,
             held=len(self.gate.held),
             seen=self.store.now(),
+            running_names=names,
         )
 
     def _log_store_error(self, exc: StoreError) -> None:

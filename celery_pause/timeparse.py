@@ -41,3 +41,16 @@ def parse_datetime(text: str) -> datetime:
             f"not an ISO 8601 date-time: {text[:40]!r} (e.g. 2026-01-28T14:00 or …T14:00Z)"
         ) from None
     return moment if moment.tzinfo else moment.astimezone()
+
+
+def format_duration(seconds: float) -> str:
+    """``25 minutes``, ``1 hour 30 minutes``, ``40 seconds``: the two largest units."""
+    remaining = max(0, round(seconds))
+    parts: list[str] = []
+    for unit, size in (("day", 86400), ("hour", 3600), ("minute", 60), ("second", 1)):
+        count, remaining = divmod(remaining, size)
+        if count:
+            parts.append(f"{count} {unit}" + ("" if count == 1 else "s"))
+        if len(parts) == 2 or (parts and not count):
+            break
+    return " ".join(parts) or "0 seconds"

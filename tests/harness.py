@@ -222,6 +222,7 @@ class Cluster:
         tmp: Path,
         store: str | None = None,
         poll_interval: float = 1.0,
+        private_broker_keys: bool = False,
         **extra: Any,
     ) -> None:
         self.namespace = "t" + uuid.uuid4().hex[:10]
@@ -229,8 +230,8 @@ class Cluster:
         self.store_url = REDIS_STORE if store is None else store  # "": no store set
         self.tmp = tmp
         self.poll_interval = poll_interval
-        if broker.startswith("redis"):
-            # kombu's own keys (unacked messages, bindings) are private to the test too
+        if private_broker_keys:
+            # kombu's own Redis keys (unacked messages, bindings) private to the test too
             options = extra.get("broker_transport_options", {})
             extra["broker_transport_options"] = {
                 "global_keyprefix": f"{self.namespace}:",
@@ -275,6 +276,18 @@ class Cluster:
         worker = Worker(self, name, ["-P", pool, "-c", str(concurrency), "-Q", names, *args], env)
         self.workers.append(worker)
         return worker.start() if start else worker
+
+    def env(self, extra: dict[str, Any] | None = None) -> dict[str, str]:
+        """The environment under which ``celery -A tests.proj`` builds this cluster's app."""
+        return {
+            **os.environ,
+            "PAUSE_TEST_NAMESPACE": self.namespace,
+            "PAUSE_TEST_BROKER": self.broker,
+            "PAUSE_TEST_STORE": self.store_url,
+            "PAUSE_TEST_POLL": str(self.poll_interval),
+            "PAUSE_TEST_EXTRA": json.dumps({**self.extra, **(extra or {})}),
+            "PYTHONPATH": str(ROOT),
+        }
 
     def send(
         self, tag: str, duration: float = 0.0, *, queue: str | None = None, **options: Any

@@ -20,6 +20,7 @@ def redis_cluster(redis_url: str, tmp_path: Path) -> Iterator[Cluster]:
     # Unacked messages older than 2 s are restored by a sweep every second.
     world = Cluster(
         broker=redis_url,
+        private_broker_keys=True,
         tmp=tmp_path,
         broker_transport_options={
             "visibility_timeout": 2,

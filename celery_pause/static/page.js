@@ -50,26 +50,33 @@ function fill(id, rows) {
   }
 }
 
+function when(seconds) {
+  // Store-clock seconds since the epoch, as ISO 8601 in UTC to the second.
+  if (seconds === null || seconds === undefined) return "";
+  return new Date(seconds * 1000).toISOString().replace(/\.\d+Z$/, "Z");
+}
+
 function render(doc) {
   const state = document.getElementById("state");
   state.textContent = doc.state;
   state.className = "state " + doc.state.toLowerCase();
   document.getElementById("updated").textContent =
-    "generation " + doc.generation + " · updated " + doc.now;
+    "generation " + doc.generation + " · updated " + when(doc.now);
   fill("holds", doc.holds.map((h) => [
-    h.source, scope(h.queues), h.paused_by, h.reason, h.paused_at_iso, h.resume_at_iso || "—",
+    h.source, scope(h.queues), h.paused_by, h.reason, when(h.paused_at), when(h.resume_at) || "—",
   ]));
-  fill("breakers", doc.breakers.map((b) => [b.name, b.state, scope(b.queues), b.reason, b.since]));
+  fill("breakers", doc.breakers.map((b) => [
+    b.name, b.state, scope(b.queues), b.reason, when(b.since),
+  ]));
   fill("workers", doc.workers.map((w) => [
-    w.hostname, w.status, w.generation, scope(w.paused), w.running.length, w.held,
-    w.seen_seconds_ago + "s ago",
+    w.hostname, w.state, w.generation, scope(w.paused_queues), w.running.length, w.held,
+    Math.max(0, doc.now - w.seen).toFixed(1) + "s ago",
   ]));
   fill("queues", doc.queues.map((q) => [
     q.name, q.waiting === null ? "?" : q.waiting, q.paused ? "paused" : "flowing",
   ]));
-  document.getElementById("queues-error").textContent = doc.queues_error || "";
   fill("history", doc.history.map((e) => [
-    e.at_iso, e.action, e.source, scope(e.queues), e.by, e.reason,
+    when(e.at), e.action, e.source, scope(e.queues), e.by, e.reason,
   ]));
 }
 
