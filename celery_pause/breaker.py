@@ -25,7 +25,7 @@ import re
 import time
 import uuid
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any, cast
 
 from celery import Celery, Task
@@ -531,6 +531,13 @@ class BreakerStatus:
     queues: tuple[str, ...] | None = None
     hold_id: str | None = None
     now: float = 0.0
+
+    def to_json(self) -> dict[str, Any]:
+        """The fields as JSON (times as epoch seconds), for ``pause status --json``."""
+        data = asdict(self)
+        data.pop("now")
+        data["queues"] = None if self.queues is None else list(self.queues)
+        return data
 
     def describe(self) -> str:
         """One line for people."""

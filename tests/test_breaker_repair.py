@@ -110,3 +110,44 @@ def test_a_long_lost_unplaced_hold_is_not_put_back(app: Celery) -> None:
     assert record.state == CLOSED
     assert holds(app) == []
     assert store_for(app).read().state == PauseState()
+
+
+def test_status_lists_breakers_from_the_store_with_failures_and_times(app: Celery) -> None:
+    # Given a breaker with two failures counted, then opened (its tasks are not in this app)
+    breaker = celery_pause.CircuitBreaker("dep", queues=["payments"], window=60)
+    store = store_for(app)
+    for error in ("ConnectionError('one')", "TimeoutError('two')"):
+        store.add_event(breaker.key, window=breaker.window, detail=error)
+    record = tripped(app, breaker)
+
+    # When the status is asked for
+    (status,) = celery_pause.breaker_statuses(app)
+
+    # Then it shows the state, the failures in the window, when it opened and will probe next,
+    # and the last error
+    assert (status.name, status.state, status.failures, status.fail_max) == ("dep", "open", 2, 5)
+    assert status.opened_at == record.opened_at
+    assert status.next_probe_at == record.opened_at + breaker.reset_timeout
+    assert status.last_error == "TimeoutError('two')"
+    line = status.describe()
+    assert line.startswith("circuit dep (payments): open; 2/5 failures in 60s; opened at ")
+    assert "next probe at" in line and line.endswith("last error: TimeoutError('two')")
+    assert status.to_json()["queues"] == ["payments"]
+
+
+def test_an_unreadable_record_shows_as_such_and_reset_clears_it(app: Celery) -> None:
+    # Given a breaker whose record was damaged, and its hold in place
+    breaker = celery_pause.CircuitBreaker("dep", queues=["payments"])
+    tripped(app, breaker)
+    agent_for(app, breaker).reconcile(breaker)
+    prefix = app.conf.pause_key_prefix
+    redis.Redis.from_url(REDIS_STORE).hset(f"{prefix}:records", breaker.key, b"{oops")
+
+    # Then status says so, and the hold stays: nothing un-pauses
+    (status,) = celery_pause.breaker_statuses(app)
+    assert status.state == "unreadable" and "breaker:dep" in (status.last_error or "")
+    assert [h.source for h in holds(app)] == ["breaker:dep"]
+
+    # When the breaker is reset, it is closed and its hold is gone
+    breaker.reset(app)
+    assert breaker.status(app).state == "closed" and holds(app) == []
