@@ -301,10 +301,8 @@ class CircuitBreaker:
         delay = None if record.hold_id in live else 1.0
         if not self._publish(task, delay, dict(request.headers or {})):
             return None
-        state = record.state
-        raise cast(
-            BaseException, Retry(f"circuit {self.name} {state}: waits in {queue}", when=delay)
-        )
+        message = f"circuit {self.name} {record.state}: not started, waits in {queue}"
+        raise cast(BaseException, Retry(message, when=delay))
 
     def check_forced_resume(
         self, store: Store, record: BreakerRecord

@@ -13,6 +13,7 @@ import re
 import time
 from collections import Counter
 from collections.abc import Iterator
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -116,6 +117,18 @@ def make_world(tmp_path: Path) -> Iterator[Any]:
         cluster.close()
 
 
+def deferred_since(workers: list[Worker], since: float) -> list[str]:
+    """Log lines of tasks that reached a pool while their breaker was open and went back."""
+    lines = []
+    for worker in workers:
+        for line in worker.log.read_text(errors="replace").splitlines():
+            if "not started, waits in" in line:
+                stamp = datetime.strptime(line[1:24], "%Y-%m-%d %H:%M:%S,%f").timestamp()
+                if stamp >= since:
+                    lines.append(line)
+    return lines
+
+
 def started_between(runs: list[dict[str, Any]], start: float, end: float) -> list[dict[str, Any]]:
     return [run for run in runs if start <= run["started"] < end]
 
@@ -158,6 +171,8 @@ def test_breaker_trips_across_workers_pauses_probes_once_and_every_task_complete
     )
     assert reason is not None and int(reason[1]) >= 3, hold.reason
     assert celery_pause.status(world.app).paused.covers(world.queue)
+    # (tasks of another type in the same queue wait too, and are never taken as trials)
+    others = [world.cluster.send(f"other{i}") for i in range(3)]
 
     # When the first half-open period's trial fails, and the dependency then recovers
     wait_for(
@@ -177,7 +192,12 @@ def test_breaker_trips_across_workers_pauses_probes_once_and_every_task_complete
     assert not world.breaker_holds()
     wait_for(lambda: world.breaker().failures == 0, timeout=10, what="the window to be cleared")
 
-    # And while the queue was paused only trials ran: exactly one per half-open period
+    # And while the queue was paused only trials ran: exactly one per half-open period,
+    # let through by the gates (not sent back by the pool processes)
+    assert not deferred_since(workers, paused_at)
+    other_runs = world.cluster.wait_records(len(others))
+    assert sorted(r["id"] for r in other_runs) == sorted(others)
+    assert all(r["started"] >= record["closed_at"] for r in other_runs)
     during = started_between(world.runs(), paused_at, record["closed_at"])
     assert during, "the trials ran while the hold was in place"
     assert all(r["trial"] for r in during), f"non-trial tasks started while open: {during}"
