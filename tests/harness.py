@@ -263,17 +263,9 @@ class Cluster:
         start: bool = True,
         args: tuple[str, ...] = (),
     ) -> Worker:
-        env = {
-            **os.environ,
-            "PAUSE_TEST_NAMESPACE": self.namespace,
-            "PAUSE_TEST_BROKER": self.broker,
-            "PAUSE_TEST_STORE": self.store_url,
-            "PAUSE_TEST_POLL": str(self.poll_interval),
-            "PAUSE_TEST_EXTRA": json.dumps({**self.extra, **(extra or {})}),
-            "PYTHONPATH": str(ROOT),
-        }
         names = ",".join(queues or [self.queue()])
-        worker = Worker(self, name, ["-P", pool, "-c", str(concurrency), "-Q", names, *args], env)
+        options = ["-P", pool, "-c", str(concurrency), "-Q", names, *args]
+        worker = Worker(self, name, options, self.env(extra))
         self.workers.append(worker)
         return worker.start() if start else worker
 
@@ -296,6 +288,16 @@ class Cluster:
             RECORD_TASK, args=(tag, duration), queue=queue or self.queue(), **options
         )
         return str(result.id)
+
+    def resume_and_check(self, sent: list[str], paused_since: float) -> list[dict[str, Any]]:
+        """Resume; check nothing started while paused and every task in ``sent`` ran once."""
+        resumed_at = time.time()
+        celery_pause.resume(self.app)
+        records = self.wait_records(len(sent))
+        started = self.started_between(paused_since, resumed_at)
+        assert not started, f"tasks started while paused: {started}"
+        assert sorted(r["id"] for r in records) == sorted(sent), "lost or duplicated tasks"
+        return records
 
     def records(self) -> list[dict[str, Any]]:
         return [json.loads(raw) for raw in self.records_client.lrange(self.record_key, 0, -1)]

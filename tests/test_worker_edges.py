@@ -49,11 +49,7 @@ def test_pause_longer_than_visibility_timeout_duplicates_nothing(redis_cluster: 
     stays_quiet(cluster, window_start, 8.0)
 
     # Then after resume every task ran exactly once
-    window_end = time.time()
-    celery_pause.resume(cluster.app)
-    records = cluster.wait_records(len(sent))
-    assert not cluster.started_between(window_start, window_end)
-    assert sorted(r["id"] for r in records) == sorted(sent)
+    cluster.resume_and_check(sent, window_start)
     assert worker.log_count("returned") >= 1
 
 
@@ -190,11 +186,7 @@ def test_solo_pool_holds_between_tasks(redis_url: str, tmp_path: Path) -> None:
         celery_pause.pause(cluster.app, wait=True, timeout=20)
         window_start = time.time()
         stays_quiet(cluster, window_start, 1.5)
-        window_end = time.time()
-        celery_pause.resume(cluster.app)
-        records = cluster.wait_records(len(sent))
-        assert sorted(r["id"] for r in records) == sorted(sent)
-        assert not cluster.started_between(window_start, window_end)
+        cluster.resume_and_check(sent, window_start)
     finally:
         cluster.close()
 
@@ -214,11 +206,7 @@ def test_file_store_drives_real_workers(redis_url: str, tmp_path: Path) -> None:
         window_start = time.time()
         assert sorted(w.hostname for w in result.workers) == sorted(w.hostname for w in workers)
         stays_quiet(cluster, window_start, 1.5)
-        window_end = time.time()
-        celery_pause.resume(cluster.app)
-        records = cluster.wait_records(len(sent))
-        assert sorted(r["id"] for r in records) == sorted(sent)
-        assert not cluster.started_between(window_start, window_end)
+        cluster.resume_and_check(sent, window_start)
     finally:
         cluster.close()
 
