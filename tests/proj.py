@@ -51,7 +51,7 @@ def make_app(
     records = redis.Redis.from_url(RECORDS_URL)
     record_key = f"celery-pause-test:{namespace}:records"
 
-    @app.task(name=RECORD_TASK, bind=True)
+    @app.task(name=RECORD_TASK, bind=True, shared=False)
     def record(self: Any, tag: str, duration: float = 0.0) -> str:
         """Record this task's start (id, tag, queue, time, worker), then work for ``duration``."""
         entry = {
