@@ -6,6 +6,8 @@ from celery import Celery
 
 from .api import ClusterStatus, PauseResult, ResumeResult, pause, resume, status
 from .bootstep import PauseStep
+from .breaker import BreakerStatus, BreakerTask, CircuitBreaker, breaker_statuses
+from .breaker_step import BreakerStep
 from .errors import (
     AlreadyPaused,
     ConfigurationError,
@@ -22,6 +24,10 @@ __version__ = "0.1.0"
 
 __all__ = (
     "AlreadyPaused",
+    "BreakerStatus",
+    "BreakerStep",
+    "BreakerTask",
+    "CircuitBreaker",
     "ClusterStatus",
     "ConfigurationError",
     "HistoryEntry",
@@ -36,6 +42,7 @@ __all__ = (
     "Scope",
     "StoreError",
     "WorkerReport",
+    "breaker_statuses",
     "format_history",
     "history",
     "install",
@@ -47,6 +54,8 @@ __all__ = (
 
 def install(app: Celery) -> Celery:
     """Add :class:`PauseStep` to ``app``'s worker consumer; the same as
-    ``app.steps["consumer"].add(PauseStep)``."""
+    ``app.steps["consumer"].add(PauseStep)``. :class:`BreakerStep` comes along:
+    it does nothing unless a task uses a :class:`CircuitBreaker`."""
     app.steps["consumer"].add(PauseStep)
+    app.steps["consumer"].add(BreakerStep)
     return app

@@ -32,11 +32,11 @@ from celery import Celery
 from celery.bin.base import CeleryCommand
 
 from .api import pause, resume, status
+from .breaker import breaker_statuses
 from .depths import queue_depths
 from .errors import AlreadyPaused, ConfigurationError, InvalidInput, PauseError, StoreError
 from .journal import format_history, history
 from .render import status_json, status_queues
-from .state import BREAKER_PREFIX
 from .timeparse import parse_datetime, parse_duration
 from .webserver import Request, Response, Server, is_loopback, json_response, wsgi_app
 
@@ -189,20 +189,10 @@ class AdminAPI:
 
     # -- the status document ------------------------------------------------------------
     def status_document(self) -> dict[str, Any]:
-        """``pause status --json`` (schema 1), with the breakers and recent history."""
+        """``pause status --json`` (schema 1), with the recent history."""
         current = status(self.app)
-        doc = status_json(current, self.queue_depths(status_queues(current, self.queue_names)))
-        doc["breakers"] = [
-            {
-                "name": h.source[len(BREAKER_PREFIX) :],
-                "state": "open",
-                "queues": h.scope.names(),
-                "reason": h.reason,
-                "since": h.paused_at or None,
-            }
-            for h in current.holds
-            if h.source.startswith(BREAKER_PREFIX)
-        ]
+        depths = self.queue_depths(status_queues(current, self.queue_names))
+        doc = status_json(current, depths, breaker_statuses(self.app))
         doc["history"] = [e.to_json() for e in history(self.app, limit=HISTORY_SHOWN)]
         return doc
 

@@ -26,6 +26,7 @@ from click.core import ParameterSource
 
 from . import api
 from .admin import serve
+from .breaker import breaker_statuses
 from .conf import config_for
 from .depths import queue_depths
 from .errors import AlreadyPaused, ConfigurationError, InvalidInput, PauseTimeout, StoreError
@@ -308,16 +309,17 @@ def status(ctx: click.Context, as_json: bool, with_history: bool) -> None:
     app: Celery = ctx.obj.app
     with operator_errors(ctx):
         current = api.status(app)
+        breakers = breaker_statuses(app)
         timeout = config_for(app).store_timeout
         entries = history(app) if with_history else []
     depths = queue_depths(app, status_queues(current, list(app.amqp.queues)), timeout)
     if as_json:
-        doc = status_json(current, depths)
+        doc = status_json(current, depths, breakers)
         if with_history:
             doc["history"] = [entry.to_json() for entry in entries]
         click.echo(json.dumps(doc, indent=2))
         return
-    lines = status_lines(current, depths)
+    lines = status_lines(current, depths, breakers)
     state = cluster_state(current.paused)
     coloured = ctx.obj.style(state, fg=STATE_COLOURS.get(state, "yellow"), bold=True)
     lines[0] = lines[0].replace(state, coloured, 1)

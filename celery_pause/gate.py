@@ -43,9 +43,12 @@ class Gate:
         self.scope: Scope = NOTHING
         self.held: list[tuple[Request, float]] = []
         self.counters = GateCounters()
+        self.admit: Callable[[Request], bool] | None = None
+        """Hook: requests it returns true for pass although their queue is paused
+        (a circuit breaker's trial tasks)."""
 
     def __call__(self, request: Request) -> Any:
-        if self.scope and self.scope.covers(self._queue_of(request)):
+        if self.blocks(request):
             self._hold(request)
             return None
         return self._handler(request)
@@ -55,7 +58,9 @@ class Gate:
         self.counters.held += 1
 
     def blocks(self, request: Request) -> bool:
-        return bool(self.scope) and self.scope.covers(self._queue_of(request))
+        if not (self.scope and self.scope.covers(self._queue_of(request))):
+            return False
+        return self.admit is None or not self.admit(request)
 
     def take_waiters(self, semaphore: Any) -> int:
         """Move requests of paused queues waiting for a pool slot into the gate.

@@ -11,6 +11,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from .api import ClusterStatus, PauseResult, ResumeResult
+from .breaker import BreakerStatus
 from .report import APPLIED, WorkerReport
 from .state import Hold, Scope, format_time
 from .timeparse import format_duration
@@ -189,7 +190,9 @@ def status_queues(status: ClusterStatus, configured: Sequence[str]) -> list[str]
     return sorted(names)
 
 
-def status_lines(status: ClusterStatus, depths: Depths) -> list[str]:
+def status_lines(
+    status: ClusterStatus, depths: Depths, breakers: Sequence[BreakerStatus] = ()
+) -> list[str]:
     now = status.now
     state = cluster_state(status.paused)
     head = f"State: {state}"
@@ -202,6 +205,9 @@ def status_lines(status: ClusterStatus, depths: Depths) -> list[str]:
     lines.extend("  " + hold_line(hold, now) for hold in status.holds)
     lines.extend(workers_lines(status))
     lines.append(queues_line(status, depths))
+    if breakers:
+        lines.append("Breakers:")
+        lines.extend("  " + breaker.describe() for breaker in breakers)
     return lines
 
 
@@ -246,7 +252,9 @@ def queues_line(status: ClusterStatus, depths: Depths) -> str:
     return line
 
 
-def status_json(status: ClusterStatus, depths: Depths) -> dict[str, Any]:
+def status_json(
+    status: ClusterStatus, depths: Depths, breakers: Sequence[BreakerStatus] = ()
+) -> dict[str, Any]:
     """The documented ``pause status --json`` document (schema 1)."""
     generation = status.state.generation
     states = [worker_state(w, generation) for w in status.workers]
@@ -288,4 +296,5 @@ def status_json(status: ClusterStatus, depths: Depths) -> dict[str, Any]:
             {"name": name, "waiting": waiting, "paused": status.paused.covers(name)}
             for name, waiting in sorted(depths.items())
         ],
+        "breakers": [breaker.to_json() for breaker in breakers],
     }

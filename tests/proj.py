@@ -36,6 +36,7 @@ def make_app(
     ``install=False`` leaves the pause step out (the benchmark's baseline); records go
     to ``PAUSE_TEST_RECORDS`` when set (the benchmark's private Redis).
     """
+    breaker_options = extra.pop("test_breaker", None)
     app = Celery("celery_pause_tests", set_as_current=False)
     app.conf.update(
         broker_url=broker,
@@ -57,7 +58,7 @@ def make_app(
     record_key = f"celery-pause-test:{namespace}:records"
     finished_key = f"celery-pause-test:{namespace}:finished"
 
-    @app.task(name=RECORD_TASK, bind=True)
+    @app.task(name=RECORD_TASK, bind=True, shared=False)
     def record(self: Any, tag: str, duration: float = 0.0) -> str:
         """Record this task's start (id, tag, queue, time, worker and its main process),
         work for ``duration``, then record that it finished (under ``finished_key``)."""
@@ -75,6 +76,10 @@ def make_app(
         records.rpush(finished_key, json.dumps(done))
         return tag
 
+    if breaker_options is not None:
+        from .breaker_proj import register
+
+        register(app, namespace, breaker_options)
     return app
 
 

@@ -426,3 +426,24 @@ def test_pause_serve_is_a_subcommand_that_insists_on_a_token(world: Cluster) -> 
     result = pause(world, "serve")
     assert result.exit_code == 2
     assert "--token-file" in result.output
+
+
+def test_status_shows_each_breaker(world: Cluster) -> None:
+    # Given a breaker that opened on a queue (its record written as a worker would)
+    breaker = celery_pause.CircuitBreaker("smtp", fail_max=2, window=60, queues=["emails"])
+
+    @world.app.task(name="send_mail", base=celery_pause.BreakerTask, breaker=breaker, shared=False)
+    def send_mail() -> None:
+        """A task guarded by the breaker."""
+
+    breaker.change(
+        store_for(world.app),
+        lambda rec, now: rec.trip(now, 2, "ConnectionError()", breaker.policy, "h1"),
+    )
+
+    # Then status lists it, in text and JSON, with its state and failures
+    text = pause(world, "status")
+    assert text.exit_code == 0, text.output
+    assert "Breakers:" in text.output and "circuit smtp (emails): open" in text.output
+    [doc] = status_doc(world)["breakers"]
+    assert (doc["name"], doc["state"], doc["queues"]) == ("smtp", "open", ["emails"])

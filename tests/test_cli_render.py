@@ -168,8 +168,9 @@ def test_status_json_schema() -> None:
     # Then every documented key is there with its type
     assert set(doc) == {
         "schema", "state", "paused_queues", "since", "generation", "now", "store",
-        "holds", "workers", "totals", "queues",
+        "holds", "workers", "totals", "queues", "breakers",
     }  # fmt: skip
+    assert doc["breakers"] == []
     assert doc["schema"] == 1
     assert doc["state"] == "PARTIAL"
     assert doc["paused_queues"] == ["emails"]

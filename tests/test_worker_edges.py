@@ -94,7 +94,7 @@ def test_wait_timeout_names_the_busy_worker_and_task(cluster: Cluster) -> None:
     # Given a worker running a long task
     worker = cluster.worker("w1")
     worker.wait_applied()
-    long_task = cluster.send("long", 8.0)
+    long_task = cluster.send("long", 4.0)
     cluster.wait_records(1)
 
     # When a pause is waited for with a short timeout

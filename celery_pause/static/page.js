@@ -66,7 +66,8 @@ function render(doc) {
     h.source, scope(h.queues), h.paused_by, h.reason, when(h.paused_at), when(h.resume_at) || "—",
   ]));
   fill("breakers", doc.breakers.map((b) => [
-    b.name, b.state, scope(b.queues), b.reason, when(b.since),
+    b.name, b.state, scope(b.queues), b.failures + "/" + b.fail_max, when(b.opened_at),
+    when(b.next_probe_at), b.last_error,
   ]));
   fill("workers", doc.workers.map((w) => [
     w.hostname, w.state, w.generation, scope(w.paused_queues), w.running.length, w.held,

@@ -12,7 +12,7 @@ from typing import Any
 
 from kombu.utils.url import sanitize_url
 
-from ..errors import InvalidInput
+from ..errors import InvalidInput, StoreError
 from ..report import WorkerReport
 from ..state import PauseState
 
@@ -20,6 +20,11 @@ LOG_NAME = re.compile(r"[a-z][a-z0-9_-]{0,63}\Z")
 
 Change = Callable[[PauseState, float], PauseState | None]
 """Given the current state and store time, the next state, or ``None`` for no change."""
+
+RecordChange = Callable[[dict[str, Any] | None, float], dict[str, Any] | None]
+"""Given a record (``None`` if there is none) and store time, the next record, or ``None``."""
+
+KEY = re.compile(r"[A-Za-z0-9_.:@-]{1,200}\Z")
 
 
 @dataclass(frozen=True)
@@ -86,6 +91,95 @@ class Store(ABC):
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.display_url} prefix={self.prefix!r}>"
+
+    # -- shared counters, records and leases --------------------------------------------
+    # Small primitives for features that coordinate workers (the circuit breaker):
+    # every value is JSON, every key lives under the store's prefix, and each call
+    # is atomic across all processes that share the store.
+
+    def add_event(self, key: str, *, window: float, detail: str = "", limit: int = 1000) -> int:
+        """Record an event now in the sliding window ``key``; return how many events
+        the window holds (those of the last ``window`` seconds, at most ``limit``)."""
+        raise NotImplementedError(f"{type(self).__name__} keeps no events")
+
+    def recent_events(self, key: str, *, window: float) -> list[Event]:
+        """The events of the last ``window`` seconds in ``key``, oldest first."""
+        raise NotImplementedError(f"{type(self).__name__} keeps no events")
+
+    def clear_events(self, key: str) -> None:
+        """Forget every event in ``key``."""
+        raise NotImplementedError(f"{type(self).__name__} keeps no events")
+
+    def read_record(self, key: str) -> dict[str, Any] | None:
+        """The JSON object stored as ``key``, or ``None``; :class:`StoreError` if unreadable."""
+        raise NotImplementedError(f"{type(self).__name__} keeps no records")
+
+    def update_record(self, key: str, change: RecordChange) -> tuple[dict[str, Any] | None, bool]:
+        """Apply ``change`` to record ``key`` atomically; return the record and whether it changed.
+
+        Like :meth:`update`, ``change`` may run more than once and must be pure. An
+        unreadable record raises :class:`StoreError` and is left as it is.
+        """
+        raise NotImplementedError(f"{type(self).__name__} keeps no records")
+
+    def delete_record(self, key: str) -> None:
+        """Remove record ``key`` (no error if there is none)."""
+        raise NotImplementedError(f"{type(self).__name__} keeps no records")
+
+    def record_keys(self, prefix: str = "") -> list[str]:
+        """The keys of every record whose key starts with ``prefix``, sorted."""
+        raise NotImplementedError(f"{type(self).__name__} keeps no records")
+
+    def acquire_lease(self, key: str, owner: str, ttl: float) -> bool:
+        """Take lease ``key`` for ``ttl`` seconds if it is free or expired, or extend it
+        if ``owner`` holds it already; return whether ``owner`` holds it now."""
+        raise NotImplementedError(f"{type(self).__name__} keeps no leases")
+
+    def release_lease(self, key: str, owner: str) -> bool:
+        """Give up lease ``key`` if ``owner`` holds it; return whether it did."""
+        raise NotImplementedError(f"{type(self).__name__} keeps no leases")
+
+    def lease_owner(self, key: str) -> str | None:
+        """Who holds lease ``key`` now, or ``None`` if it is free or expired."""
+        raise NotImplementedError(f"{type(self).__name__} keeps no leases")
+
+
+@dataclass(frozen=True)
+class Event:
+    """One event of a sliding window: when (store time) and a short detail."""
+
+    at: float
+    detail: str = ""
+
+
+def check_key(key: str) -> str:
+    """A key for events, records or leases: 1-200 of ``A-Z a-z 0-9 _ . : @ -``."""
+    if not isinstance(key, str) or not KEY.match(key):
+        raise InvalidInput(f"not a store key: {str(key)[:60]!r}")
+    return key
+
+
+def encode_record(record: dict[str, Any]) -> bytes:
+    """A record as compact JSON; only JSON objects are records."""
+    if not isinstance(record, dict):
+        raise InvalidInput(f"a record must be a JSON object, got {type(record).__name__}")
+    try:
+        return json.dumps(record, separators=(",", ":"), allow_nan=False).encode()
+    except (TypeError, ValueError) as exc:
+        raise InvalidInput(f"a record must be JSON: {exc}") from None
+
+
+def decode_record(key: str, raw: bytes | str | None) -> dict[str, Any] | None:
+    """A stored record; :class:`StoreError` if it is not a JSON object (never dropped)."""
+    if raw is None:
+        return None
+    try:
+        value = json.loads(raw)
+    except (ValueError, RecursionError) as exc:
+        raise StoreError(f"record {key!r} is unreadable: {exc}"[:300]) from None
+    if not isinstance(value, dict):
+        raise StoreError(f"record {key!r} is not a JSON object but {type(value).__name__}")
+    return value
 
 
 class ClockOffset:

@@ -6,6 +6,7 @@ Single-host only: ``fcntl`` locks are not reliable across network file systems.
 from __future__ import annotations
 
 import fcntl
+import json
 import os
 import tempfile
 import time
@@ -18,12 +19,28 @@ from urllib.parse import quote, unquote, urlsplit
 from ..errors import StoreError
 from ..report import WorkerReport
 from ..state import PauseState
-from .base import Change, Snapshot, Store, check_log_name, decode_entry, encode_entry
+from .base import (
+    Change,
+    Event,
+    RecordChange,
+    Snapshot,
+    Store,
+    check_key,
+    check_log_name,
+    decode_entry,
+    decode_record,
+    encode_entry,
+    encode_record,
+)
 
 
 class FileStore(Store):
     """Keeps ``<dir>/<prefix>/state.json``, one report file per worker and
-    ``log-<name>.jsonl`` files (one JSON entry a line, oldest first)."""
+    ``log-<name>.jsonl`` files (one JSON entry a line, oldest first).
+
+    Events, records and leases are JSON files in ``events/``, ``records/`` and
+    ``leases/``, each kind changed under its own ``fcntl`` lock file.
+    """
 
     def __init__(self, url: str, prefix: str) -> None:
         super().__init__(url, prefix)
@@ -35,6 +52,9 @@ class FileStore(Store):
         self.workers_dir = self.root / "workers"
         self._lock_path = self.root / "state.lock"
         self._log_lock_path = self.root / "log.lock"
+        self.events_dir = self.root / "events"
+        self.records_dir = self.root / "records"
+        self.leases_dir = self.root / "leases"
 
     def now(self) -> float:
         return time.time()
@@ -89,6 +109,103 @@ class FileStore(Store):
             return []
         lines = [line for line in (self._read(path) or b"").splitlines() if line.strip()]
         return [decode_entry(line) for line in lines[::-1][:limit]]
+
+    # -- shared counters, records and leases --------------------------------------------
+    def add_event(self, key: str, *, window: float, detail: str = "", limit: int = 1000) -> int:
+        path = self._path(self.events_dir, key)
+        with self._locked(self.root / "events.lock"):
+            now = self.now()
+            events = [e for e in self._events(key, path) if e[0] >= now - window]
+            events = [*events, [now, detail]][-limit:]
+            self._write(path, json.dumps(events, separators=(",", ":")).encode())
+        return len(events)
+
+    def recent_events(self, key: str, *, window: float) -> list[Event]:
+        path = self._path(self.events_dir, key)
+        since = self.now() - window
+        return [Event(at, detail) for at, detail in self._events(key, path) if at >= since]
+
+    def clear_events(self, key: str) -> None:
+        path = self._path(self.events_dir, key)
+        with self._locked(self.root / "events.lock"):
+            self._unlink(path)
+
+    def read_record(self, key: str) -> dict[str, Any] | None:
+        return decode_record(key, self._read(self._path(self.records_dir, key)))
+
+    def update_record(self, key: str, change: RecordChange) -> tuple[dict[str, Any] | None, bool]:
+        path = self._path(self.records_dir, key)
+        with self._locked(self.root / "records.lock"):
+            current = decode_record(key, self._read(path))
+            following = change(current, self.now())
+            if following is None:
+                return current, False
+            self._write(path, encode_record(following))
+            return following, True
+
+    def delete_record(self, key: str) -> None:
+        path = self._path(self.records_dir, key)
+        with self._locked(self.root / "records.lock"):
+            self._unlink(path)
+
+    def record_keys(self, prefix: str = "") -> list[str]:
+        try:
+            names = [unquote(p.name[: -len(".json")]) for p in self.records_dir.glob("*.json")]
+        except OSError as exc:
+            raise StoreError(f"pause store {self.display_url} failed: {exc}") from None
+        return sorted(name for name in names if name.startswith(prefix))
+
+    def acquire_lease(self, key: str, owner: str, ttl: float) -> bool:
+        path = self._path(self.leases_dir, key)
+        with self._locked(self.root / "leases.lock"):
+            holder = self._lease(path)
+            if holder is not None and holder != owner:
+                return False
+            lease = {"owner": owner, "expires": self.now() + ttl}
+            self._write(path, json.dumps(lease).encode())
+            return True
+
+    def release_lease(self, key: str, owner: str) -> bool:
+        path = self._path(self.leases_dir, key)
+        with self._locked(self.root / "leases.lock"):
+            if self._lease(path) != owner:
+                return False
+            self._unlink(path)
+            return True
+
+    def lease_owner(self, key: str) -> str | None:
+        return self._lease(self._path(self.leases_dir, key))
+
+    def _lease(self, path: Path) -> str | None:
+        """The live owner; an expired or unreadable lease counts as free."""
+        raw = self._read(path)
+        if raw is None:
+            return None
+        try:
+            lease = json.loads(raw)
+            owner, expires = lease["owner"], float(lease["expires"])
+        except (ValueError, KeyError, TypeError):
+            return None
+        return owner if isinstance(owner, str) and self.now() < expires else None
+
+    def _events(self, key: str, path: Path) -> list[list[Any]]:
+        raw = self._read(path)
+        if raw is None:
+            return []
+        try:
+            events = json.loads(raw)
+            return [[float(at), str(detail)] for at, detail in events]
+        except (ValueError, TypeError) as exc:
+            raise StoreError(f"events {key!r} are unreadable: {exc}"[:300]) from None
+
+    def _path(self, directory: Path, key: str) -> Path:
+        return directory / (quote(check_key(key), safe="") + ".json")
+
+    def _unlink(self, path: Path) -> None:
+        try:
+            path.unlink(missing_ok=True)
+        except OSError as exc:
+            raise StoreError(f"pause store {self.display_url} failed: {exc}") from None
 
     def _worker_path(self, hostname: str) -> Path:
         return self.workers_dir / (quote(hostname, safe="") + ".json")

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import json
+import math
+import uuid
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, cast
 
 import redis
 
@@ -14,17 +17,46 @@ from ..state import PauseState
 from .base import (
     Change,
     ClockOffset,
+    Event,
+    RecordChange,
     Snapshot,
     Store,
+    check_key,
     check_log_name,
     decode_entry,
+    decode_record,
     encode_entry,
+    encode_record,
 )
+
+# Extend the lease if ``owner`` holds it, else take it only if it is free.
+ACQUIRE_LEASE = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  return 1
+end
+if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
+  return 1
+end
+return 0
+"""
+RELEASE_LEASE = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  return redis.call('DEL', KEYS[1])
+end
+return 0
+"""
 
 
 class RedisStore(Store):
     """Keeps ``<prefix>:state`` (JSON), ``<prefix>:workers`` (hash of JSON reports)
-    and ``<prefix>:log:<name>`` (lists of JSON entries, newest first)."""
+    and ``<prefix>:log:<name>`` (lists of JSON entries, newest first).
+
+    Events live in sorted sets ``<prefix>:events:<key>`` (JSON members scored by
+    time), records in the hash ``<prefix>:records`` (JSON objects, updated with
+    WATCH/MULTI) and leases in ``<prefix>:lease:<key>`` (a JSON string with a
+    Redis expiry, taken and released by Lua scripts).
+    """
 
     def __init__(self, url: str, prefix: str, *, timeout: float = 2.0) -> None:
         super().__init__(url, prefix)
@@ -34,6 +66,9 @@ class RedisStore(Store):
             url, socket_timeout=timeout, socket_connect_timeout=timeout
         )
         self._clock = ClockOffset(self._server_time)
+        self.records_key = f"{prefix}:records"
+        self._acquire_lease = self.client.register_script(ACQUIRE_LEASE)
+        self._release_lease = self.client.register_script(RELEASE_LEASE)
 
     def _server_time(self) -> float:
         seconds, micros = self.client.time()
@@ -99,6 +134,90 @@ class RedisStore(Store):
             raw = self.client.lrange(key, 0, -1 if limit is None else limit - 1)
         return [decode_entry(item) for item in raw]
 
+    # -- shared counters, records and leases --------------------------------------------
+    def add_event(self, key: str, *, window: float, detail: str = "", limit: int = 1000) -> int:
+        events_key = f"{self.prefix}:events:{check_key(key)}"
+        now = self.now()
+        member = json.dumps({"at": now, "id": uuid.uuid4().hex[:12], "detail": detail})
+        with self._failing(), self.client.pipeline(transaction=True) as pipe:
+            pipe.zadd(events_key, {member: now})
+            pipe.zremrangebyscore(events_key, "-inf", f"({now - window}")
+            pipe.zremrangebyrank(events_key, 0, -limit - 1)
+            pipe.zcard(events_key)
+            pipe.expire(events_key, math.ceil(window) + 60)
+            results = pipe.execute()
+        return int(results[3])
+
+    def recent_events(self, key: str, *, window: float) -> list[Event]:
+        events_key = f"{self.prefix}:events:{check_key(key)}"
+        now = self.now()
+        with self._failing():
+            raw = self.client.zrangebyscore(events_key, now - window, "+inf", withscores=True)
+        pairs = cast(list[tuple[bytes, float]], raw)
+        return [_event(member, score) for member, score in pairs]
+
+    def clear_events(self, key: str) -> None:
+        with self._failing():
+            self.client.delete(f"{self.prefix}:events:{check_key(key)}")
+
+    def read_record(self, key: str) -> dict[str, Any] | None:
+        with self._failing():
+            raw = self.client.hget(self.records_key, check_key(key))
+        return decode_record(key, raw)
+
+    def update_record(self, key: str, change: RecordChange) -> tuple[dict[str, Any] | None, bool]:
+        check_key(key)
+        outcome: list[tuple[dict[str, Any] | None, bool]] = []
+
+        def transaction(pipe: redis.client.Pipeline) -> None:
+            outcome.clear()
+            current = decode_record(key, pipe.hget(self.records_key, key))
+            seconds, micros = pipe.time()
+            following = change(current, seconds + micros / 1e6)
+            if following is None:
+                outcome.append((current, False))
+                return
+            data = encode_record(following)
+            pipe.multi()
+            pipe.hset(self.records_key, key, data)
+            outcome.append((following, True))
+
+        with self._failing():
+            self.client.transaction(transaction, self.records_key)
+        return outcome[0]
+
+    def delete_record(self, key: str) -> None:
+        with self._failing():
+            self.client.hdel(self.records_key, check_key(key))
+
+    def record_keys(self, prefix: str = "") -> list[str]:
+        with self._failing():
+            keys = self.client.hkeys(self.records_key)
+        names = (k.decode() if isinstance(k, bytes) else str(k) for k in keys)
+        return sorted(name for name in names if name.startswith(prefix))
+
+    def acquire_lease(self, key: str, owner: str, ttl: float) -> bool:
+        lease_key = f"{self.prefix}:lease:{check_key(key)}"
+        millis = max(1, int(ttl * 1000))
+        with self._failing():
+            return bool(self._acquire_lease(keys=[lease_key], args=[json.dumps(owner), millis]))
+
+    def release_lease(self, key: str, owner: str) -> bool:
+        lease_key = f"{self.prefix}:lease:{check_key(key)}"
+        with self._failing():
+            return bool(self._release_lease(keys=[lease_key], args=[json.dumps(owner)]))
+
+    def lease_owner(self, key: str) -> str | None:
+        with self._failing():
+            raw = self.client.get(f"{self.prefix}:lease:{check_key(key)}")
+        if raw is None:
+            return None
+        try:
+            owner = json.loads(raw)
+        except ValueError:
+            return "<unreadable>"
+        return owner if isinstance(owner, str) else "<unreadable>"
+
     def close(self) -> None:
         self.client.close()
 
@@ -109,3 +228,11 @@ class RedisStore(Store):
             yield
         except redis.RedisError as exc:
             raise StoreError(f"pause store {self.display_url} failed: {exc}") from None
+
+
+def _event(member: bytes | str, score: float) -> Event:
+    try:
+        data = json.loads(member)
+        return Event(at=float(data["at"]), detail=str(data.get("detail", "")))
+    except (ValueError, KeyError, TypeError):
+        return Event(at=float(score), detail="<unreadable event>")
