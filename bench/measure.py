@@ -77,13 +77,19 @@ def throughput(world: World, *, tasks: int, rounds: int, concurrency: int) -> di
     )[0]
     rates: dict[str, list[float]] = {"step": [], "none": []}
     cpu = {"step": 0.0, "none": 0.0}
+    discarded = 0
     try:
-        for number in range(rounds):
+        for number in range(rounds * 2):
+            if len(rates["step"]) == rounds:
+                break
             pair = [("step", with_step), ("none", without)]
             before = {arm: cpu_seconds(worker) for arm, worker in pair}
             found = _drain_together(world, pair if number % 2 else pair[::-1], tasks, number)
             for arm, worker in pair:
                 cpu[arm] += cpu_seconds(worker) - before[arm]
+            if found is None:
+                discarded += 1
+                continue
             for arm, rate in found.items():
                 rates[arm].append(rate)
     finally:
@@ -96,8 +102,10 @@ def throughput(world: World, *, tasks: int, rounds: int, concurrency: int) -> di
         "step_tasks_per_s": [round(r, 1) for r in rates["step"]],
         "none_tasks_per_s": [round(r, 1) for r in rates["none"]],
         "cpu_ms_per_task": {
-            arm: round(spent / (tasks * rounds) * 1000, 4) for arm, spent in cpu.items()
+            arm: round(spent / (tasks * (rounds + discarded)) * 1000, 4)
+            for arm, spent in cpu.items()
         },
+        "rounds_discarded": discarded,
         "tasks_per_round": tasks,
         "concurrency": concurrency,
     }
@@ -117,8 +125,12 @@ def cpu_seconds(worker: Worker) -> float:
 
 def _drain_together(
     world: World, pair: list[tuple[str, Worker]], tasks: int, number: int
-) -> dict[str, float]:
-    """Preload ``tasks`` per worker on new queues; both drain at once; rates in the overlap."""
+) -> dict[str, float] | None:
+    """Preload ``tasks`` per worker on new queues; both drain at once; rates in the overlap.
+
+    ``None`` when the two drains overlapped for less than half of the shorter one (one
+    worker got its ``add_consumer`` late): such a round compares nothing.
+    """
     queues = {arm: world.queue(f"tp-{arm}-{number}") for arm, _ in pair}
     for queue in queues.values():
         world.send(queue, tasks)
@@ -141,6 +153,9 @@ def _drain_together(
         world.app.control.cancel_consumer(queues[arm], destination=[worker.hostname], reply=False)
     begin = max(min(found) for found in starts.values())
     end = min(max(found) for found in starts.values())
+    shortest = min(max(found) - min(found) for found in starts.values())
+    if end - begin < shortest / 2:
+        return None
     return {
         arm: sum(1 for t in found if begin <= t <= end) / (end - begin)
         for arm, found in starts.items()
