@@ -225,7 +225,7 @@ def table(figures: dict[str, Any]) -> str:
     header = ("figure", "measured", "baseline (same run)", "target", "verdict")
     widths = [max(w, len(h)) for w, h in zip(widths, header, strict=True)]
     lines = [
-        "  ".join(str(cell).ljust(width) for cell, width in zip(row, widths, strict=True))
+        "  ".join(str(cell).ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip()
         for row in [header, tuple("-" * w for w in widths), *rows]
     ]
     c = figures["conditions"]
