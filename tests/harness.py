@@ -73,6 +73,8 @@ def redis_server(port: int, password: str) -> Iterator[None]:
     server = subprocess.Popen(
         [
             shutil.which("redis-server") or "redis-server",
+            "--bind",
+            "127.0.0.1",
             "--port",
             str(port),
             "--save",
