@@ -122,14 +122,16 @@ class PauseStep(bootsteps.StartStopStep):
         previous = self.sync.applied[1] if self.sync.applied else NOTHING
         self.gate.scope = scope
         if c.task_consumer is not None:
+            # A queue listed but not consumed yet (in start(), before the loop's first
+            # consume): cancel it if paused, so that first consume fetches nothing to
+            # hold; otherwise leave it to that consume. Consuming from here would let
+            # deliveries reach the consumer before the loop has set its callback.
             listed = {queue.name for queue in c.task_consumer.queues}
             for name in self.consumed or ():
-                consuming = c.task_consumer.consuming_from(name)
-                # Listed but not consuming yet: at start(), before the loop's first
-                # consume, which would otherwise fetch a prefetch's worth to hold.
-                if scope.covers(name) and (consuming or name in listed):
-                    c.cancel_task_queue(name)
-                elif not scope.covers(name) and not consuming:
+                if scope.covers(name):
+                    if name in listed:
+                        c.cancel_task_queue(name)
+                elif name not in listed:
                     c.add_task_queue(name)
         semaphore = getattr(c.controller, "semaphore", None)
         if semaphore is not None:

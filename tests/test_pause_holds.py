@@ -164,3 +164,16 @@ def test_wait_counts_a_worker_that_is_still_starting(cluster: Cluster) -> None:
         celery_pause.pause(cluster.app, wait=True, timeout=0.5)
     assert timed_out.value.busy == {"booting@host": []}
     assert "has not applied the pause" in str(timed_out.value)
+
+
+def test_a_worker_starting_on_a_backlog_runs_it(cluster: Cluster) -> None:
+    # Given tasks already waiting before any worker starts
+    sent = [cluster.send(f"t{i}") for i in range(20)]
+
+    # When a worker starts on them (nothing paused)
+    worker = cluster.worker("w1")
+
+    # Then it runs every one of them, and keeps running
+    records = cluster.wait_records(len(sent))
+    assert sorted(r["id"] for r in records) == sorted(sent)
+    worker.check_alive()
