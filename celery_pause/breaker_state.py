@@ -16,6 +16,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
+from .state import optional_str, require_str
+
 CLOSED = "closed"
 OPEN = "open"
 HALF_OPEN = "half-open"
@@ -209,36 +211,26 @@ class BreakerRecord:
             return cls(
                 name=name,
                 state=state,
-                hold_id=_opt_str(data.get("hold_id")),
+                hold_id=optional_str(data.get("hold_id")),
                 hold_placed=bool(data.get("hold_placed", False)),
                 opened_at=_opt_float(data.get("opened_at")),
                 next_probe_at=_opt_float(data.get("next_probe_at")),
                 reset_timeout=_opt_float(data.get("reset_timeout")),
                 failures=int(data.get("failures", 0)),
-                last_error=_opt_str(data.get("last_error")),
+                last_error=optional_str(data.get("last_error")),
                 period=int(data.get("period", 0)),
-                prober=_opt_str(data.get("prober")),
+                prober=optional_str(data.get("prober")),
                 half_open_at=_opt_float(data.get("half_open_at")),
-                trials=tuple(_str(t) for t in data.get("trials", ())),
-                succeeded=tuple(_str(t) for t in data.get("succeeded", ())),
+                trials=tuple(require_str(t) for t in data.get("trials", ())),
+                succeeded=tuple(require_str(t) for t in data.get("succeeded", ())),
                 closed_at=_opt_float(data.get("closed_at")),
                 fail_max=int(data.get("fail_max", 0)),
                 window=float(data.get("window", 0.0)),
-                queues=None if queues is None else tuple(_str(q) for q in queues),
+                queues=None if queues is None else tuple(require_str(q) for q in queues),
                 extra={k: v for k, v in data.items() if k not in known},
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise ValueError(f"unreadable breaker record {name!r}: {exc!r}"[:300]) from None
-
-
-def _str(value: Any) -> str:
-    if not isinstance(value, str):
-        raise TypeError(f"expected a string, got {type(value).__name__}")
-    return value
-
-
-def _opt_str(value: Any) -> str | None:
-    return None if value is None else _str(value)
 
 
 def _opt_float(value: Any) -> float | None:

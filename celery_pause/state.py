@@ -121,11 +121,11 @@ class Hold:
                 raise ValueError(f"queues is {queues!r}")
             resume_at = data.get("resume_at")
             return cls(
-                id=_str(data["id"]),
+                id=require_str(data["id"]),
                 scope=Scope.of(queues),
-                source=_str(data["source"]),
-                paused_by=_opt_str(data.get("paused_by")),
-                reason=_opt_str(data.get("reason")),
+                source=require_str(data["source"]),
+                paused_by=optional_str(data.get("paused_by")),
+                reason=optional_str(data.get("reason")),
                 paused_at=_number(data["paused_at"]),
                 resume_at=None if resume_at is None else _number(resume_at),
             )
@@ -207,14 +207,14 @@ def format_time(timestamp: float) -> str:
     return moment.strftime("%Y-%m-%d %H:%M:%SZ")
 
 
-def _str(value: Any) -> str:
+def require_str(value: Any) -> str:
     if not isinstance(value, str):
         raise TypeError(f"expected a string, got {type(value).__name__}")
     return value
 
 
-def _opt_str(value: Any) -> str | None:
-    return None if value is None else _str(value)
+def optional_str(value: Any) -> str | None:
+    return None if value is None else require_str(value)
 
 
 def _number(value: Any) -> float:

@@ -25,6 +25,14 @@ def redis_url() -> str:
 
 
 @pytest.fixture
+def world(redis_url: str, tmp_path: Path) -> Iterator[Cluster]:
+    """A private namespace on the Redis broker and store, with no worker started yet."""
+    cluster = Cluster(broker=redis_url, tmp=tmp_path)
+    yield cluster
+    cluster.close()
+
+
+@pytest.fixture
 def cluster(broker: str, tmp_path: Path) -> Iterator[Cluster]:
     world = Cluster(broker=broker, tmp=tmp_path)
     yield world

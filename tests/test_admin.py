@@ -19,7 +19,7 @@ import celery_pause
 from celery_pause.admin import make_admin_app, serve
 from celery_pause.webserver import MAX_BODY, Server
 
-from .harness import REDIS_BROKER, ROOT, Cluster
+from .harness import ROOT, Cluster
 from .webclient import call
 
 TOKEN = "s3cret-token-for-the-admin-api"
@@ -39,13 +39,6 @@ def admin_server(app: Celery, token: str | None = TOKEN) -> Iterator[str]:
         yield server.url
     finally:
         server.close()
-
-
-@pytest.fixture
-def world(redis_url: str, tmp_path: Path) -> Iterator[Cluster]:
-    cluster = Cluster(broker=REDIS_BROKER, tmp=tmp_path)
-    yield cluster
-    cluster.close()
 
 
 @pytest.fixture

@@ -10,7 +10,6 @@ import json
 import math
 from collections.abc import Iterator
 from datetime import datetime, timedelta, timezone
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -24,7 +23,7 @@ from celery_pause.report import APPLIED, WorkerReport
 from celery_pause.state import EVERYTHING, SHOWN_TEXT, UNREADABLE, Hold, PauseState, Scope
 from celery_pause.timeparse import MAX_DURATION, parse_datetime, parse_duration
 
-from .harness import REDIS_BROKER, Cluster
+from .harness import Cluster
 
 PROPERTIES = settings(deadline=None, suppress_health_check=[HealthCheck.too_slow])
 NOW = 1_800_000_000.0  # store time at which the decoded states are judged
@@ -373,13 +372,6 @@ def test_a_report_field_of_any_value_is_skipped_not_fatal(
 
 
 # -- bounds on what the API accepts, on a real Redis store ------------------------------------
-@pytest.fixture
-def world(redis_url: str, tmp_path: Path) -> Iterator[Cluster]:
-    cluster = Cluster(broker=REDIS_BROKER, tmp=tmp_path)
-    yield cluster
-    cluster.close()
-
-
 def endless_queue_names() -> Iterator[str]:
     number = 0
     while True:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import replace
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -25,14 +25,6 @@ from .harness import AMQP_BROKER, Cluster, require, wait_for
 from .proj import make_app
 
 UNREACHABLE_STORE = "redis://:s3cret-pw@127.0.0.1:1/0"
-
-
-@pytest.fixture
-def world(redis_url: str, tmp_path: Path) -> Iterator[Cluster]:
-    """A private namespace on the real Redis store, with no worker started yet."""
-    cluster = Cluster(broker=redis_url, tmp=tmp_path)
-    yield cluster
-    cluster.close()
 
 
 def invoke(app: Celery, command: click.Command, *args: str) -> Result:

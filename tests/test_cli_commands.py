@@ -8,9 +8,7 @@ import pty
 import signal
 import subprocess
 import sys
-from collections.abc import Iterator
 from importlib.metadata import entry_points
-from pathlib import Path
 
 import pytest
 
@@ -28,13 +26,6 @@ def installed() -> None:
         if os.environ.get("CI"):
             pytest.fail(message)
         pytest.skip(message)
-
-
-@pytest.fixture
-def world(redis_url: str, tmp_path: Path) -> Iterator[Cluster]:
-    cluster = Cluster(broker=redis_url, tmp=tmp_path)
-    yield cluster
-    cluster.close()
 
 
 def command(*args: str) -> list[str]:

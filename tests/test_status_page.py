@@ -12,7 +12,7 @@ import pytest
 
 import celery_pause
 
-from .harness import REDIS_BROKER, Cluster
+from .harness import Cluster
 from .test_admin import TOKEN, admin_server
 
 CHROMIUM_ARGS = [
@@ -54,13 +54,6 @@ def page(tmp_path: Path) -> Iterator[Any]:
             yield browser.new_page()
         finally:
             browser.close()
-
-
-@pytest.fixture
-def world(redis_url: str, tmp_path: Path) -> Iterator[Cluster]:
-    cluster = Cluster(broker=REDIS_BROKER, tmp=tmp_path)
-    yield cluster
-    cluster.close()
 
 
 def test_the_status_page_pauses_and_resumes_the_cluster(
