@@ -113,10 +113,6 @@ class Gate:
         self._return(requests)
         return len(requests)
 
-    def forget_all(self) -> None:
-        """Drop held requests whose connection is gone: the broker redelivers them."""
-        self.held = []
-
     def _return(self, requests: Iterable[Request]) -> None:
         for request in requests:
             # Straight to the channel rather than ``request.reject``, which defers to
