@@ -68,6 +68,7 @@ def register(app: Celery, namespace: str, options: dict[str, Any]) -> celery_pau
             "tag": tag,
             "worker": self.request.hostname,
             "started": time.time(),
+            "duration": duration,
             "trial": self.request.breaker_trial,
             "retries": self.request.retries,
             "requeues": (self.request.headers or {}).get(REQUEUES_HEADER, 0),
