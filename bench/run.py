@@ -28,6 +28,7 @@ import kombu  # noqa: E402
 import redis  # noqa: E402
 
 from bench import measure  # noqa: E402
+from bench.gate_cost import gate_cost  # noqa: E402
 from bench.world import World, log, settle  # noqa: E402
 
 POLL_INTERVAL = 2.0  # the default pause_poll_interval
@@ -42,7 +43,7 @@ TARGETS = {
 
 def plan(quick: bool) -> dict[str, Any]:
     if quick:
-        return {"tp_tasks": 500, "tp_rounds": 8, "rounds": 16, "scale_rounds": 6,
+        return {"tp_tasks": 1000, "tp_rounds": 8, "rounds": 16, "scale_rounds": 6,
                 "fallback_rounds": 6, "idle_s": 10.0, "sizes": [1, 4]}  # fmt: skip
     return {"tp_tasks": 2000, "tp_rounds": 20, "rounds": 100, "scale_rounds": 30,
             "fallback_rounds": 25, "idle_s": 60.0, "sizes": [1, 4, 16]}  # fmt: skip
@@ -54,6 +55,8 @@ def run(quick: bool) -> dict[str, Any]:
     load_before = os.getloadavg()
     world = World(poll_interval=POLL_INTERVAL)
     try:
+        log("gate: per-call cost against the handler it wraps")
+        gate = gate_cost()
         log("throughput: one worker with the pause step and one without, side by side")
         throughput = measure.throughput(
             world, tasks=settings["tp_tasks"], rounds=settings["tp_rounds"], concurrency=1
@@ -100,7 +103,9 @@ def run(quick: bool) -> dict[str, Any]:
         log(f"failed; worker logs kept in {world.tmp}")
         raise
     world.close()
-    return report(settings, throughput, main, scaling, idle, idle_paused, load_before, started)
+    return report(
+        settings, throughput, gate, main, scaling, idle, idle_paused, load_before, started
+    )
 
 
 def celery_pause_all(world: World) -> None:
@@ -119,6 +124,7 @@ def resume_all(world: World) -> None:
 def report(
     settings: dict[str, Any],
     throughput: dict[str, Any],
+    gate: dict[str, float],
     main: dict[str, measure.Latencies],
     scaling: dict[str, Any],
     idle: dict[str, Any],
@@ -131,6 +137,7 @@ def report(
 
     figures: dict[str, Any] = {
         "throughput_ratio": throughput["ratio"],
+        "gate_added_ns": gate["added_open_ns"],
         "pause_p50_ms": ms(main["pause"].p(50)),
         "pause_p99_ms": ms(main["pause"].p(99)),
         "broadcast_p50_ms": ms(main["broadcast"].p(50)),
@@ -145,6 +152,7 @@ def report(
     figures["verdicts"] = verdicts(figures)
     figures["details"] = {
         "throughput": throughput,
+        "gate": gate,
         "latency_4_workers": {name: found.summary() for name, found in main.items()},
         "scaling": scaling,
         "idle_store": idle,
@@ -184,6 +192,7 @@ def table(figures: dict[str, Any]) -> str:
     v = figures["verdicts"]
     d = figures["details"]
     tp = d["throughput"]
+    gate = d.get("gate", {})
 
     def mark(ok: bool) -> str:
         return "met" if ok else "MISSED"
@@ -192,8 +201,15 @@ def table(figures: dict[str, Any]) -> str:
         ("throughput, step / none (median ratio)", f"{figures['throughput_ratio']:.3f}",
          f"{_median(tp['step_tasks_per_s']):.0f} vs {_median(tp['none_tasks_per_s']):.0f} tasks/s",
          ">= 0.98", mark(v["throughput_ratio"])),
+        ("  by start order: step first / none first",
+         " / ".join(f"{r:.3f}" for r in tp.get("ratio_by_start_order", {}).values()) or "n/a",
+         "", "", ""),
         ("CPU per task, step (main + pool), ms", f"{tp['cpu_ms_per_task']['step']:.3f}",
          f"none {tp['cpu_ms_per_task']['none']:.3f}", "", ""),
+        ("gate, ns added per task (open / other q paused)",
+         f"{gate.get('added_open_ns', math.nan):.0f} / "
+         f"{gate.get('added_other_paused_ns', math.nan):.0f}",
+         f"handler alone {gate.get('handler_ns', math.nan):.0f}", "", ""),
         ("pause applied, 4 workers, p50 / p99 ms",
          f"{figures['pause_p50_ms']:.1f} / {figures['pause_p99_ms']:.1f}",
          f"cancel_consumer {figures['broadcast_p50_ms']:.1f} / {figures['broadcast_p99_ms']:.1f}",
