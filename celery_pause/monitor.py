@@ -169,8 +169,9 @@ class Monitor:
         """Every second on the loop: prove it runs, and warn about a long pause."""
         self.last_tick = time.monotonic()
         warn_after = self.config.warn_after
-        if warn_after is None:
-            return
+        step = self.step
+        if warn_after is None or step is None or not step.gate.scope:
+            return  # nothing is held: nothing to warn about
         view = self.view()
         if not view.paused or view.paused_seconds < warn_after:
             return
