@@ -60,7 +60,9 @@ class Latencies:
 
 
 # -- throughput -------------------------------------------------------------------------------
-def throughput(world: World, *, tasks: int, rounds: int, concurrency: int) -> dict[str, object]:
+def throughput(
+    world: World, *, tasks: int, rounds: int, concurrency: int, control: bool = False
+) -> dict[str, object]:
     """Tasks per second with and without the pause step, side by side.
 
     Both workers drain identical backlogs at the same time, so load from outside
@@ -70,6 +72,9 @@ def throughput(world: World, *, tasks: int, rounds: int, concurrency: int) -> di
     none-first: the worker started first drains measurably slower (about 1.5 % in
     controls with no step on either side), and this cancels that out. The CPU
     time each worker (main process and pool) spent per task is measured too.
+
+    ``control=True`` starts the "step" worker without the step: an A/A control,
+    whose ratio shows what the method itself reads when both sides are equal.
     """
     rates: dict[str, list[float]] = {"step": [], "none": []}
     by_order: dict[str, list[float]] = {}
@@ -77,7 +82,7 @@ def throughput(world: World, *, tasks: int, rounds: int, concurrency: int) -> di
     drained = 0
     discarded = 0
     for order in (("step", "none"), ("none", "step")):
-        pair = _start_pair(world, order, concurrency)
+        pair = _start_pair(world, order, concurrency, with_step=not control)
         found_ratios = by_order.setdefault(f"{order[0]}_first", [])
         try:
             number = 0
@@ -111,16 +116,19 @@ def throughput(world: World, *, tasks: int, rounds: int, concurrency: int) -> di
         "rounds_discarded": discarded,
         "tasks_per_round": tasks,
         "concurrency": concurrency,
+        "control": control,
     }
 
 
-def _start_pair(world: World, order: tuple[str, str], concurrency: int) -> list[tuple[str, Worker]]:
+def _start_pair(
+    world: World, order: tuple[str, str], concurrency: int, *, with_step: bool
+) -> list[tuple[str, Worker]]:
     """Start the two workers in ``order``; ``[("step", w), ("none", w)]``."""
     started = {
         arm: world.start_workers(
             [f"tp-{arm}-{order[0]}-first"], queue=world.queue(f"idle-{arm}"),
             concurrency=concurrency,
-            install=arm == "step",
+            install=with_step and arm == "step",
         )[0]
         for arm in order
     }  # fmt: skip
@@ -137,6 +145,74 @@ def cpu_seconds(worker: Worker) -> float:
             times = process.cpu_times()
             total += times.user + times.system
     return total
+
+
+def cpu_alone(world: World, *, tasks: int, rounds: int) -> dict[str, object]:
+    """CPU per task of a worker with the step and one without, each draining alone.
+
+    Two long-lived workers take turns (the order alternates per round): while one
+    drains ``tasks`` no-op tasks the other is idle, so neither competes with the
+    other for the two cores. Also the CPU the step's worker spent outside its main
+    thread (the store thread) while it drained.
+    """
+    workers = {
+        arm: world.start_workers(
+            [f"cpu-{arm}"], queue=world.queue(f"idle-cpu-{arm}"), install=arm == "step"
+        )[0]
+        for arm in ("none", "step")
+    }
+    per_task: dict[str, list[float]] = {arm: [] for arm in workers}
+    rates: dict[str, list[float]] = {arm: [] for arm in workers}
+    side_threads = 0.0
+    try:
+        for number in range(rounds):
+            for arm in ("step", "none") if number % 2 else ("none", "step"):
+                worker = workers[arm]
+                before = cpu_seconds(worker), side_thread_seconds(worker)
+                rate = drain_alone(world, worker, world.queue(f"cpu-{arm}-{number}"), tasks)
+                per_task[arm].append((cpu_seconds(worker) - before[0]) / tasks * 1000)
+                rates[arm].append(rate)
+                if arm == "step":
+                    side_threads += side_thread_seconds(worker) - before[1]
+    finally:
+        world.stop_workers(workers.values())
+    cpu_ratios = [s / n for s, n in zip(per_task["step"], per_task["none"], strict=True)]
+    rate_ratios = [s / n for s, n in zip(rates["step"], rates["none"], strict=True)]
+    return {
+        "cpu_ratio": round(percentile(cpu_ratios, 50), 4),
+        "rate_ratio": round(percentile(rate_ratios, 50), 4),
+        "cpu_ms_per_task": {
+            arm: round(percentile(found, 50), 4) for arm, found in per_task.items()
+        },
+        "cpu_ratios": [round(r, 4) for r in cpu_ratios],
+        "step_side_threads_cpu_s": round(side_threads, 3),
+        "tasks_per_round": tasks,
+        "rounds": rounds,
+    }
+
+
+def side_thread_seconds(worker: Worker) -> float:
+    """CPU time of the worker's main process outside its main thread."""
+    assert worker.proc is not None
+    main = psutil.Process(worker.proc.pid)
+    return sum(t.user_time + t.system_time for t in main.threads() if t.id != main.pid)
+
+
+def drain_alone(world: World, worker: Worker, queue: str, tasks: int) -> float:
+    """Let ``worker`` drain ``tasks`` tasks from a new queue; its rate in tasks per second."""
+    world.send(queue, tasks)
+    world.new_starts()
+    world.app.control.add_consumer(queue, destination=[worker.hostname], reply=False)
+    starts: list[float] = []
+
+    def drained() -> bool:
+        starts.extend(s.started for s in world.new_starts() if s.queue == queue)
+        worker.check_alive()
+        return len(starts) >= tasks
+
+    wait_for(drained, timeout=300, what=f"{tasks} tasks on {worker.hostname}", interval=0.05)
+    world.app.control.cancel_consumer(queue, destination=[worker.hostname], reply=False)
+    return (len(starts) - 1) / (max(starts) - min(starts))
 
 
 def _drain_together(

@@ -2,6 +2,8 @@
 
     python bench/run.py                 # the full set (several minutes)
     python bench/run.py --quick --json  # about two minutes, one JSON object on stdout
+    python bench/run.py --control       # the throughput method with no step on either side
+    python bench/run.py --cpu           # CPU per task with and without the step, one at a time
 
 Starts two private ``redis-server`` processes (broker, store) on free loopback
 ports and real prefork ``celery worker`` processes; needs ``redis-server`` on PATH.
@@ -17,6 +19,7 @@ import os
 import platform
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +32,7 @@ import redis  # noqa: E402
 
 from bench import measure  # noqa: E402
 from bench.gate_cost import gate_cost  # noqa: E402
+from bench.instructions import instructions_per_task  # noqa: E402
 from bench.world import World, log, settle  # noqa: E402
 
 POLL_INTERVAL = 2.0  # the default pause_poll_interval
@@ -46,7 +50,8 @@ def plan(quick: bool) -> dict[str, Any]:
         return {"tp_tasks": 1000, "tp_rounds": 8, "rounds": 16, "scale_rounds": 6,
                 "fallback_rounds": 6, "idle_s": 10.0, "sizes": [1, 4]}  # fmt: skip
     return {"tp_tasks": 2000, "tp_rounds": 20, "rounds": 100, "scale_rounds": 30,
-            "fallback_rounds": 25, "idle_s": 60.0, "sizes": [1, 4, 16]}  # fmt: skip
+            "fallback_rounds": 25, "idle_s": 60.0, "sizes": [1, 4, 16],
+            "instruction_tasks": 1000}  # fmt: skip
 
 
 def run(quick: bool) -> dict[str, Any]:
@@ -61,6 +66,10 @@ def run(quick: bool) -> dict[str, Any]:
         throughput = measure.throughput(
             world, tasks=settings["tp_tasks"], rounds=settings["tp_rounds"], concurrency=1
         )
+        instructions: dict[str, Any] | None = None
+        if "instruction_tasks" in settings:
+            log("instructions per task in the main process, under callgrind")
+            instructions = instructions_per_task(world, tasks=settings["instruction_tasks"])
         scaling: dict[str, Any] = {}
         main: dict[str, measure.Latencies] = {}
         idle: dict[str, Any] = {}
@@ -104,8 +113,26 @@ def run(quick: bool) -> dict[str, Any]:
         raise
     world.close()
     return report(
-        settings, throughput, gate, main, scaling, idle, idle_paused, load_before, started
+        settings,
+        throughput,
+        gate,
+        instructions,
+        main,
+        scaling,
+        idle,
+        idle_paused,
+        load_before,
+        started,
     )
+
+
+def run_alone(measurement: Callable[[World], dict[str, object]]) -> dict[str, object]:
+    """One measurement on a world of its own."""
+    world = World(poll_interval=POLL_INTERVAL)
+    try:
+        return measurement(world)
+    finally:
+        world.close()
 
 
 def celery_pause_all(world: World) -> None:
@@ -125,6 +152,7 @@ def report(
     settings: dict[str, Any],
     throughput: dict[str, Any],
     gate: dict[str, float],
+    instructions: dict[str, Any] | None,
     main: dict[str, measure.Latencies],
     scaling: dict[str, Any],
     idle: dict[str, Any],
@@ -153,6 +181,7 @@ def report(
     figures["details"] = {
         "throughput": throughput,
         "gate": gate,
+        "instructions": instructions,
         "latency_4_workers": {name: found.summary() for name, found in main.items()},
         "scaling": scaling,
         "idle_store": idle,
@@ -210,6 +239,8 @@ def table(figures: dict[str, Any]) -> str:
          f"{gate.get('added_open_ns', math.nan):.0f} / "
          f"{gate.get('added_other_paused_ns', math.nan):.0f}",
          f"handler alone {gate.get('handler_ns', math.nan):.0f}", "", ""),
+        ("instructions per task, main process (M)", _instructions(d.get("instructions")),
+         _instructions(d.get("instructions"), "none"), "", ""),
         ("pause applied, 4 workers, p50 / p99 ms",
          f"{figures['pause_p50_ms']:.1f} / {figures['pause_p99_ms']:.1f}",
          f"cancel_consumer {figures['broadcast_p50_ms']:.1f} / {figures['broadcast_p99_ms']:.1f}",
@@ -253,6 +284,13 @@ def table(figures: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def _instructions(found: dict[str, Any] | None, arm: str = "step") -> str:
+    if not found or "per_task" not in found:
+        return (found or {}).get("skipped", "not measured")  # type: ignore[no-any-return]
+    text = f"{found['per_task'][arm] / 1e6:.3f}"
+    return f"{text} ({found['ratio']:.4f}x)" if arm == "step" else f"none {text}"
+
+
 def _median(values: list[float]) -> float:
     return measure.percentile(values, 50) if values else math.nan
 
@@ -262,10 +300,41 @@ def main() -> int:
     parser.add_argument("--quick", action="store_true", help="fewer rounds (about two minutes)")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.add_argument("--table-from", metavar="FILE", help="print the table of a saved --json")
+    parser.add_argument(
+        "--instructions",
+        action="store_true",
+        help="only main-process instructions per task, with and without the step (callgrind)",
+    )
+    parser.add_argument(
+        "--cpu",
+        action="store_true",
+        help="only CPU per task, with and without the step, each worker draining alone",
+    )
+    parser.add_argument(
+        "--control",
+        action="store_true",
+        help="only the throughput measurement, with the step on neither worker (A/A control)",
+    )
     args = parser.parse_args()
     if args.table_from:
         print(table(json.loads(Path(args.table_from).read_text())))
         return 0
+    settings = plan(args.quick)
+    alone: dict[str, Callable[[World], dict[str, object]]] = {
+        "control": lambda world: measure.throughput(
+            world,
+            tasks=settings["tp_tasks"],
+            rounds=settings["tp_rounds"],
+            concurrency=1,
+            control=True,
+        ),
+        "cpu": lambda world: measure.cpu_alone(world, tasks=3000, rounds=4 if args.quick else 8),
+        "instructions": lambda world: instructions_per_task(world, tasks=500, rounds=5),
+    }
+    for name, measurement in alone.items():
+        if getattr(args, name):
+            print(json.dumps(run_alone(measurement), indent=2))
+            return 0
     figures = run(args.quick)
     print(json.dumps(figures, indent=2) if args.json else table(figures))
     return 0

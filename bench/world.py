@@ -15,7 +15,7 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from contextlib import ExitStack, suppress
 from dataclasses import dataclass
 from pathlib import Path
@@ -74,9 +74,18 @@ class World:
 
     # -- workers --------------------------------------------------------------------------
     def start_workers(
-        self, names: Iterable[str], *, queue: str, concurrency: int = 1, install: bool = True
+        self,
+        names: Iterable[str],
+        *,
+        queue: str,
+        concurrency: int = 1,
+        install: bool = True,
+        prefix: Sequence[str] = (),
+        timeout: float = 120,
     ) -> list[Worker]:
-        """Start one worker per name on ``queue`` and wait until each answers a ping."""
+        """Start one worker per name on ``queue`` and wait until each answers a ping.
+
+        ``prefix`` is a command to run each worker under (``valgrind ...``)."""
         env = {
             **os.environ,
             "PAUSE_TEST_NAMESPACE": self.namespace,
@@ -89,12 +98,12 @@ class World:
             "PYTHONPATH": str(ROOT),
         }
         args = ["-P", "prefork", "-c", str(concurrency), "-Q", queue]
-        started = [Worker(self, name, args, env).start() for name in names]  # type: ignore[arg-type]
+        started = [Worker(self, name, args, env, prefix).start() for name in names]  # type: ignore[arg-type]
         self.workers += started
         for worker in started:
-            wait_for(lambda w=worker: self._answers(w), timeout=120, what=f"{worker.hostname}")
+            wait_for(lambda w=worker: self._answers(w), timeout=timeout, what=f"{worker.hostname}")
             if install:
-                worker.wait_applied(timeout=60)
+                worker.wait_applied(timeout=timeout / 2)
         return started
 
     def _answers(self, worker: Worker) -> bool:

@@ -11,7 +11,7 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any, TypeVar
@@ -97,8 +97,16 @@ def redis_server(port: int, password: str) -> Iterator[None]:
 class Worker:
     """A real ``celery worker`` subprocess (prefork unless told otherwise)."""
 
-    def __init__(self, cluster: Cluster, name: str, args: list[str], env: dict[str, str]) -> None:
+    def __init__(
+        self,
+        cluster: Cluster,
+        name: str,
+        args: list[str],
+        env: dict[str, str],
+        prefix: Sequence[str] = (),
+    ) -> None:
         self.cluster = cluster
+        self.prefix = list(prefix)  # a command the worker runs under (the benchmark's valgrind)
         self.name = name
         self.hostname = f"{name}@{cluster.namespace}"
         self.log = cluster.tmp / f"{name}.log"
@@ -110,6 +118,7 @@ class Worker:
         with open(self.log, "ab") as log:
             self.proc = subprocess.Popen(
                 [
+                    *self.prefix,
                     sys.executable,
                     "-m",
                     "celery",
