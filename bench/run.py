@@ -1,6 +1,6 @@
 """celery-pause benchmark: every figure next to its baseline, on real Redis and real workers.
 
-    python bench/run.py                 # the full set (several minutes)
+    python bench/run.py                 # the full set (about 16 minutes)
     python bench/run.py --quick --json  # about two minutes, one JSON object on stdout
     python bench/run.py --control       # the throughput method with no step on either side
     python bench/run.py --cpu           # CPU per task with and without the step, one at a time
@@ -51,7 +51,7 @@ def plan(quick: bool) -> dict[str, Any]:
                 "fallback_rounds": 6, "idle_s": 10.0, "sizes": [1, 4]}  # fmt: skip
     return {"tp_tasks": 2000, "tp_rounds": 20, "rounds": 100, "scale_rounds": 30,
             "fallback_rounds": 25, "idle_s": 60.0, "sizes": [1, 4, 16],
-            "instruction_tasks": 1000}  # fmt: skip
+            "instruction_tasks": 500, "instruction_rounds": 3}  # fmt: skip
 
 
 def run(quick: bool) -> dict[str, Any]:
@@ -69,7 +69,9 @@ def run(quick: bool) -> dict[str, Any]:
         instructions: dict[str, Any] | None = None
         if "instruction_tasks" in settings:
             log("instructions per task in the main process, under callgrind")
-            instructions = instructions_per_task(world, tasks=settings["instruction_tasks"])
+            instructions = instructions_per_task(
+                world, tasks=settings["instruction_tasks"], rounds=settings["instruction_rounds"]
+            )
         scaling: dict[str, Any] = {}
         main: dict[str, measure.Latencies] = {}
         idle: dict[str, Any] = {}
