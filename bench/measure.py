@@ -69,8 +69,8 @@ def throughput(
     the benchmark slows both alike; each rate counts only the window in which
     both were draining. Which worker is told to start first alternates. Half the
     rounds run on a pair started step-first, half on a fresh pair started
-    none-first: the worker started first drains measurably slower (about 1.5 % in
-    controls with no step on either side), and this cancels that out. The CPU
+    none-first: the worker started first drains measurably slower (by 1.5 to 2.5 %
+    in controls with no step on either side), and this cancels that out. The CPU
     time each worker (main process and pool) spent per task is measured too.
 
     ``control=True`` starts the "step" worker without the step: an A/A control,

@@ -4,6 +4,7 @@
     python bench/run.py --quick --json  # about two minutes, one JSON object on stdout
     python bench/run.py --control       # the throughput method with no step on either side
     python bench/run.py --cpu           # CPU per task with and without the step, one at a time
+    python bench/run.py --instructions  # main-thread instructions per task (needs valgrind)
 
 Starts two private ``redis-server`` processes (broker, store) on free loopback
 ports and real prefork ``celery worker`` processes; needs ``redis-server`` on PATH.
@@ -68,7 +69,7 @@ def run(quick: bool) -> dict[str, Any]:
         )
         instructions: dict[str, Any] | None = None
         if "instruction_tasks" in settings:
-            log("instructions per task in the main process, under callgrind")
+            log("instructions per task in the main thread, under callgrind")
             instructions = instructions_per_task(
                 world, tasks=settings["instruction_tasks"], rounds=settings["instruction_rounds"]
             )
@@ -241,7 +242,7 @@ def table(figures: dict[str, Any]) -> str:
          f"{gate.get('added_open_ns', math.nan):.0f} / "
          f"{gate.get('added_other_paused_ns', math.nan):.0f}",
          f"handler alone {gate.get('handler_ns', math.nan):.0f}", "", ""),
-        ("instructions per task, main process (M)", _instructions(d.get("instructions")),
+        ("instructions per task, main thread (M)", _instructions(d.get("instructions")),
          _instructions(d.get("instructions"), "none"), "", ""),
         ("pause applied, 4 workers, p50 / p99 ms",
          f"{figures['pause_p50_ms']:.1f} / {figures['pause_p99_ms']:.1f}",
@@ -305,7 +306,7 @@ def main() -> int:
     parser.add_argument(
         "--instructions",
         action="store_true",
-        help="only main-process instructions per task, with and without the step (callgrind)",
+        help="only main-thread instructions per task, with and without the step (callgrind)",
     )
     parser.add_argument(
         "--cpu",
