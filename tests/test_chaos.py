@@ -2,10 +2,11 @@
 and a push notification lost. Run it alone with ``pytest -m chaos``; ``CHAOS_SEED=n``
 replays a run.
 
-The broker and the store are a private ``redis-server``: the test shortens the
-visibility timeout, and kombu's unacked-message bookkeeping is shared by every
-client of a Redis database, so on a shared server it would redeliver other
-people's messages.
+It runs once with Redis and once with RabbitMQ as the broker. The store, and the
+Redis broker, are a private ``redis-server``: the test shortens the visibility
+timeout, and kombu's unacked-message bookkeeping is shared by every client of a
+Redis database, so on a shared server it would redeliver other people's messages.
+RabbitMQ redelivers a killed worker's messages when its connection closes.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ import celery_pause
 from celery_pause.errors import PauseTimeout
 from celery_pause.state import NOTHING, Scope
 
-from .harness import Cluster, Worker, wait_for
+from .harness import AMQP_BROKER, Cluster, Worker, require, wait_for
 from .redis_server import RedisServer
 
 pytestmark = pytest.mark.chaos
@@ -60,19 +61,27 @@ def server() -> Iterator[RedisServer]:
         yield running
 
 
-@pytest.fixture
-def cluster(server: RedisServer, tmp_path: Path) -> Iterator[Cluster]:
-    world = Cluster(
-        broker=server.url(0),
-        store=server.url(STORE_DB),
-        tmp=tmp_path,
-        poll_interval=1.0,
-        task_acks_late=True,
-        broker_transport_options={
+@pytest.fixture(params=["redis", "amqp"])
+def cluster(
+    request: pytest.FixtureRequest, server: RedisServer, tmp_path: Path
+) -> Iterator[Cluster]:
+    broker_conf: dict[str, Any] = {
+        "broker": server.url(0),
+        "broker_transport_options": {
             "visibility_timeout": VISIBILITY,
             "unacked_restore_interval": 1,
             "unacked_restore_throttle": 1,
         },
+    }
+    if request.param == "amqp":
+        require("RabbitMQ", "127.0.0.1", 5672)
+        broker_conf = {"broker": AMQP_BROKER}
+    world = Cluster(
+        store=server.url(STORE_DB),
+        tmp=tmp_path,
+        poll_interval=1.0,
+        task_acks_late=True,
+        **broker_conf,
     )
     yield world
     world.close()
@@ -225,7 +234,8 @@ def test_pauses_hold_under_chaos(
     cluster: Cluster, server: RedisServer, capsys: pytest.CaptureFixture[str]
 ) -> None:
     with capsys.disabled():
-        print(f"\nchaos seed {SEED} (CHAOS_SEED={SEED} replays it)")
+        broker = cluster.broker.split(":", 1)[0]  # the scheme only: the URL has a password
+        print(f"\nchaos on {broker}, seed {SEED} (CHAOS_SEED={SEED} replays it)")
     rng = random.Random(SEED)
     chaos = Chaos(cluster, server, rng)
 
