@@ -18,9 +18,9 @@ from celery import Celery
 from celery.worker.request import Request
 from kombu.message import Message
 
-from celery_pause.bootstep import QueueResolver
-from celery_pause.gate import Gate
+from celery_pause.routing import QueueResolver
 from celery_pause.state import Scope
+from celery_pause.worker.gate import Gate
 
 QUEUE = "bench.gate"
 

@@ -19,7 +19,7 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from tests.harness import Worker
+from support.harness import Worker
 
 from .measure import drain_alone, percentile
 from .world import World

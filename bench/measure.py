@@ -20,7 +20,7 @@ import psutil
 
 import celery_pause
 from celery_pause import api
-from tests.harness import Worker, wait_for
+from support.harness import Worker, wait_for
 
 from .world import Start, World
 

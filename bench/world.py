@@ -3,7 +3,7 @@
 Two private ``redis-server`` processes on free loopback ports: one is the broker (and
 holds the task records), the other only the pause store, so the store's command
 counters see the workers' store traffic and nothing else. Workers are real
-``celery worker`` processes (prefork) running the test app ``tests.proj``.
+``celery worker`` processes (prefork) running the test app ``support.proj``.
 """
 
 from __future__ import annotations
@@ -23,9 +23,9 @@ from typing import Any
 
 from celery import Celery
 
-from tests.harness import ROOT, Worker, wait_for
-from tests.proj import RECORD_TASK, make_app
-from tests.redis_server import RedisServer
+from support.harness import ROOT, Worker, wait_for
+from support.proj import RECORD_TASK, make_app
+from support.redis_server import RedisServer
 
 RECORDS_DB = 1
 

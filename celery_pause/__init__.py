@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from celery import Celery
 
-from .api import ClusterStatus, PauseResult, ResumeResult, pause, resume, status
-from .bootstep import PauseStep
-from .breaker import BreakerStatus, BreakerTask, CircuitBreaker, breaker_statuses
-from .breaker_step import BreakerStep
+from .api import pause, resume, status
+from .breaker.options import CircuitBreaker
+from .breaker.status import BreakerStatus, breaker_status, breaker_statuses
+from .breaker.task import BreakerTask
 from .errors import (
     AlreadyPaused,
     ConfigurationError,
@@ -16,16 +16,17 @@ from .errors import (
     PauseTimeout,
     StoreError,
 )
-from .journal import HistoryEntry, format_history, history
+from .history import HistoryEntry, format_history, history
 from .report import WorkerReport
+from .results import ClusterStatus, PauseResult, ResumeResult
 from .state import Hold, PauseState, Scope
+from .step import PauseStep
 
-__version__ = "0.1.0"
+__version__ = "0.2.0.dev0"
 
 __all__ = (
     "AlreadyPaused",
     "BreakerStatus",
-    "BreakerStep",
     "BreakerTask",
     "CircuitBreaker",
     "ClusterStatus",
@@ -42,6 +43,7 @@ __all__ = (
     "Scope",
     "StoreError",
     "WorkerReport",
+    "breaker_status",
     "breaker_statuses",
     "format_history",
     "history",
@@ -53,9 +55,7 @@ __all__ = (
 
 
 def install(app: Celery) -> Celery:
-    """Add :class:`PauseStep` to ``app``'s worker consumer; the same as
-    ``app.steps["consumer"].add(PauseStep)``. :class:`BreakerStep` comes along:
-    it does nothing unless a task uses a :class:`CircuitBreaker`."""
+    """Add :class:`PauseStep` to ``app``'s worker consumer: exactly
+    ``app.steps["consumer"].add(PauseStep)``."""
     app.steps["consumer"].add(PauseStep)
-    app.steps["consumer"].add(BreakerStep)
     return app

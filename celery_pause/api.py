@@ -3,68 +3,30 @@
 from __future__ import annotations
 
 import getpass
-import itertools
-import logging
-import math
 import socket
 import time
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass, replace
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import replace
 from datetime import datetime, timedelta
 
 from celery import Celery
 
-from . import journal
-from .conf import config_for
-from .control import REFRESH
+from .control import notify_workers
 from .errors import AlreadyPaused, InvalidInput, PauseTimeout
+from .formatting import format_time
+from .history import pause_entry, record, resume_entry
 from .report import WorkerReport
-from .state import MANUAL, Hold, PauseState, Scope, format_time
-from .stores import Store, store_for
+from .results import ClusterStatus, PauseResult, ResumeResult
+from .settings import config_for
+from .state import MANUAL, Hold, PauseState, Scope
+from .stores import store_for
+from .validation import check_operator, check_queues, check_reason, check_resume
 
-logger = logging.getLogger(__name__)
-
-MAX_QUEUES = 100
-MAX_QUEUE_NAME = 200
-MAX_REASON = 1000
-MAX_OPERATOR = 200
 WAIT_POLL = 0.01
+"""Seconds between reads of the workers' reports while waiting for quiet."""
 
-Progress = Callable[[list[WorkerReport]], None]
-
-
-@dataclass(frozen=True)
-class PauseResult:
-    """A recorded pause, and the workers that confirmed it when waited for."""
-
-    hold: Hold
-    generation: int
-    replaced: tuple[Hold, ...]
-    workers: tuple[WorkerReport, ...] = ()
-
-
-@dataclass(frozen=True)
-class ResumeResult:
-    """The holds removed, and those that still pause some of the queues asked for."""
-
-    removed: tuple[Hold, ...]
-    remaining: tuple[Hold, ...]
-    generation: int
-
-
-@dataclass(frozen=True)
-class ClusterStatus:
-    """Holds, the paused scope, and every live worker's report."""
-
-    state: PauseState
-    now: float
-    paused: Scope
-    workers: tuple[WorkerReport, ...]
-    store: str
-
-    @property
-    def holds(self) -> tuple[Hold, ...]:
-        return self.state.live_holds(self.now)
+Progress = Callable[[PauseResult, Sequence[WorkerReport]], None]
+"""Called with the recorded pause and the live workers' reports at every poll of a wait."""
 
 
 def pause(
@@ -87,8 +49,9 @@ def pause(
     and runs no task of the paused scope; raise :class:`PauseTimeout` naming the
     busy workers if that takes longer than ``timeout`` seconds (the pause stays).
     Raises :class:`AlreadyPaused` if a manual hold covers any of the queues,
-    unless ``force=True``, which replaces it. With ``notify=False`` no broadcast
-    is sent and workers apply the pause at their next poll (``pause_poll_interval``).
+    unless ``force=True``, which replaces it. ``progress`` is called at every
+    poll of the wait. With ``notify=False`` no broadcast is sent and workers
+    apply the pause at their next poll (``pause_poll_interval``).
     """
     scope = Scope.of(check_queues(queues))
     reason = check_reason(reason)
@@ -116,11 +79,16 @@ def pause(
     snapshot, _ = store.update(add_hold)
     if notify:
         notify_workers(app)
-    hold = snapshot.state.holds[-1]
-    generation = snapshot.state.generation
-    journal.record(app, journal.pause_entry(hold, generation, replaced))
-    workers = wait_until_quiet(app, generation, timeout, progress) if wait else []
-    return PauseResult(hold, generation, tuple(replaced), tuple(workers))
+    result = PauseResult(snapshot.state.holds[-1], snapshot.state.generation, tuple(replaced))
+    record(app, pause_entry(result.hold, result.generation, replaced))
+    if not wait:
+        return result
+    watch = None if progress is None else lambda workers: progress(result, workers)
+    try:
+        workers = wait_until_quiet(app, result.generation, timeout, watch)
+    except PauseTimeout as exc:
+        raise PauseTimeout(exc.timeout, exc.busy, paused=result) from None
+    return replace(result, workers=tuple(workers))
 
 
 def resume(
@@ -163,7 +131,7 @@ def resume(
         hold for hold in snapshot.state.live_holds(snapshot.now) if hold.scope.overlaps(scope)
     )
     if removed:
-        entry = journal.resume_entry(
+        entry = resume_entry(
             at=snapshot.now,
             scope=scope,
             by=resumed_by or default_operator(),
@@ -172,7 +140,7 @@ def resume(
             kept=snapshot.state.holds,
             forced=force,
         )
-        journal.record(app, entry)
+        record(app, entry)
     return ResumeResult(tuple(removed), remaining, snapshot.state.generation)
 
 
@@ -184,13 +152,16 @@ def status(app: Celery) -> ClusterStatus:
         state=snapshot.state,
         now=snapshot.now,
         paused=snapshot.state.paused(snapshot.now),
-        workers=tuple(live_workers(app, store, snapshot.now)),
+        workers=tuple(store.live_reports(config_for(app).worker_ttl, snapshot.now)),
         store=store.display_url,
     )
 
 
 def wait_until_quiet(
-    app: Celery, generation: int, timeout: float, progress: Progress | None = None
+    app: Celery,
+    generation: int,
+    timeout: float,
+    progress: Callable[[Sequence[WorkerReport]], None] | None = None,
 ) -> list[WorkerReport]:
     """Poll worker reports until every live worker applied ``generation`` and is idle in scope.
 
@@ -199,9 +170,10 @@ def wait_until_quiet(
     count): that worker has not read the current state yet, so it is not quiet.
     """
     store = store_for(app)
+    ttl = config_for(app).worker_ttl
     deadline = time.monotonic() + timeout
     while True:
-        workers = live_workers(app, store, store.now())
+        workers = store.live_reports(ttl, store.now())
         current = store.read().state.generation
         if progress is not None:
             progress(workers)
@@ -217,21 +189,6 @@ def wait_until_quiet(
         time.sleep(WAIT_POLL)
 
 
-def live_workers(app: Celery, store: Store, now: float) -> list[WorkerReport]:
-    """Reports seen within ``pause_worker_ttl`` seconds, by hostname."""
-    ttl = config_for(app).worker_ttl
-    reports = (r for r in store.worker_reports() if now - r.seen <= ttl)
-    return sorted(reports, key=lambda r: r.hostname)
-
-
-def notify_workers(app: Celery) -> None:
-    """Ask every connected worker to re-read the state now (polling covers a miss)."""
-    try:
-        app.control.broadcast(REFRESH, reply=False)
-    except Exception as exc:
-        logger.warning("celery-pause: could not notify workers (%s); they poll instead", exc)
-
-
 def lifted_scope(hold: Hold, lifted: Scope) -> Scope:
     """What remains of ``hold``'s scope once ``lifted`` is resumed."""
     if lifted.everything:
@@ -239,81 +196,6 @@ def lifted_scope(hold: Hold, lifted: Scope) -> Scope:
     if hold.scope.everything:
         return hold.scope
     return Scope.of(hold.scope.queues - lifted.queues)
-
-
-def check_queues(queues: Iterable[str] | str | None) -> list[str] | None:
-    if queues is None:
-        return None
-    names = [queues] if isinstance(queues, str) else list(itertools.islice(queues, MAX_QUEUES + 1))
-    if not names:
-        raise InvalidInput("queues must name at least one queue (or be None for all)")
-    if len(names) > MAX_QUEUES:
-        raise InvalidInput(f"at most {MAX_QUEUES} queues at once, got more than that")
-    for name in names:
-        if not isinstance(name, str) or not name.strip():
-            raise InvalidInput(f"queue names must be non-empty strings, got {name!r}")
-        if len(name) > MAX_QUEUE_NAME:
-            raise InvalidInput(f"queue name longer than {MAX_QUEUE_NAME} characters")
-    return [name.strip() for name in names]
-
-
-def check_reason(reason: str | None) -> str | None:
-    if reason is not None and not isinstance(reason, str):
-        raise InvalidInput(f"reason must be a string, got {type(reason).__name__}")
-    if reason is not None and len(reason) > MAX_REASON:
-        raise InvalidInput(f"reason longer than {MAX_REASON} characters ({len(reason)})")
-    return reason
-
-
-def check_operator(paused_by: str | None) -> str | None:
-    if paused_by is not None and not isinstance(paused_by, str):
-        raise InvalidInput(f"paused_by must be a string, got {type(paused_by).__name__}")
-    if paused_by is not None and len(paused_by) > MAX_OPERATOR:
-        raise InvalidInput(f"paused_by longer than {MAX_OPERATOR} characters ({len(paused_by)})")
-    return paused_by
-
-
-def check_resume(
-    resume_after: timedelta | float | None, resume_at: datetime | float | None
-) -> Callable[[float], float | None]:
-    """From store time ``now``, the auto-resume time (or ``None``)."""
-    if resume_after is not None and resume_at is not None:
-        raise InvalidInput("give resume_after or resume_at, not both")
-    if resume_after is not None:
-        seconds = (
-            resume_after.total_seconds()
-            if isinstance(resume_after, timedelta)
-            else _seconds(resume_after, "resume_after")
-        )
-        if not (seconds > 0 and math.isfinite(seconds)):
-            raise InvalidInput(f"resume_after must be positive and finite, got {resume_after!r}")
-        return lambda now: now + seconds
-    if resume_at is not None:
-        at = (
-            _timestamp(resume_at)
-            if isinstance(resume_at, datetime)
-            else _seconds(resume_at, "resume_at")
-        )
-        if not math.isfinite(at):
-            raise InvalidInput(f"resume_at must be a finite time, got {resume_at!r}")
-        return lambda now: at
-    return lambda now: None
-
-
-def _timestamp(moment: datetime) -> float:
-    try:
-        return moment.timestamp()
-    except (OverflowError, ValueError, OSError):
-        raise InvalidInput(f"resume_at is out of range: {moment!r}") from None
-
-
-def _seconds(value: object, name: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise InvalidInput(f"{name} must be a number of seconds, got {type(value).__name__}")
-    try:
-        return float(value)
-    except OverflowError:
-        raise InvalidInput(f"{name} is out of range") from None
 
 
 def default_operator() -> str:

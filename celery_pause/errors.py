@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 from celery.exceptions import ImproperlyConfigured
 
 if TYPE_CHECKING:
+    from .results import PauseResult
     from .state import Hold
 
 
@@ -37,9 +38,13 @@ class AlreadyPaused(PauseError):
 class PauseTimeout(PauseError):
     """The cluster did not confirm the pause in time; the pause stays in effect."""
 
-    def __init__(self, timeout: float, busy: dict[str, list[str]]) -> None:
+    def __init__(
+        self, timeout: float, busy: dict[str, list[str]], *, paused: PauseResult | None = None
+    ) -> None:
         self.timeout = timeout
         self.busy = busy
+        self.paused = paused
+        """The pause that was recorded, when raised by :func:`celery_pause.pause`."""
         detail = "; ".join(
             f"{host}: " + (", ".join(tasks) if tasks else "has not applied the pause")
             for host, tasks in sorted(busy.items())

@@ -24,6 +24,8 @@ class WorkerReport:
     seen: float = 0.0
     running_names: tuple[str, ...] = ()
     """Task names, in the order of ``running``."""
+    breakers: tuple[str, ...] = ()
+    """Circuit breakers whose agent runs on this worker."""
 
     def quiet_for(self, generation: int) -> bool:
         """Whether this worker applied ``generation`` (or later) and runs nothing paused."""
@@ -38,11 +40,15 @@ class WorkerReport:
         try:
             data: dict[str, Any] = json.loads(raw)
             paused = data.get("paused")
-            lists = (data.get("running", []), data.get("running_names", []))
+            lists = (
+                data.get("running", []),
+                data.get("running_names", []),
+                data.get("breakers", []),
+            )
             if not all(isinstance(v, list) for v in lists) or not isinstance(
                 paused, (list, type(None))
             ):
-                raise TypeError("running, running_names and paused must be lists")
+                raise TypeError("running, running_names, breakers and paused must be lists")
             return cls(
                 hostname=str(data["hostname"]),
                 pid=int(data["pid"]),
@@ -53,6 +59,7 @@ class WorkerReport:
                 held=int(data.get("held", 0)),
                 seen=float(data["seen"]),
                 running_names=tuple(str(n) for n in data.get("running_names", ())),
+                breakers=tuple(str(n) for n in data.get("breakers", ())),
             )
         except (ValueError, KeyError, TypeError, AttributeError, OverflowError, RecursionError):
             return None

@@ -14,12 +14,12 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from .formatting import SHOWN_TEXT, clip, format_time
+
 SCHEMA = 1
 MANUAL = "manual"
 BREAKER_PREFIX = "breaker:"
 UNREADABLE = "unreadable"
-SHOWN_TEXT = 1000
-"""Longest reason or operator name shown by :meth:`Hold.describe` (longer ones are clipped)."""
 
 
 @dataclass(frozen=True)
@@ -55,14 +55,15 @@ class Scope:
         return None if self.everything else sorted(self.queues)
 
     def describe(self) -> str:
+        """``all queues``, ``queue a`` or ``queues a, b`` (clipped when very long)."""
         if self.everything:
             return "all queues"
         if not self.queues:
             return "no queue"
         names = ", ".join(sorted(self.queues))
-        if len(names) <= SHOWN_TEXT:
-            return names
-        return f"{names[:SHOWN_TEXT]}… ({len(self.queues)} queues)"
+        if len(names) > SHOWN_TEXT:
+            names = f"{names[:SHOWN_TEXT]}… ({len(self.queues)} queues)"
+        return ("queue " if len(self.queues) == 1 else "queues ") + names
 
 
 NOTHING = Scope()
@@ -92,11 +93,11 @@ class Hold:
     def describe(self) -> str:
         parts = [f"{self.source} hold on {self.scope.describe()}"]
         if self.paused_by:
-            parts.append(f"by {_clip(self.paused_by)}")
+            parts.append(f"by {clip(self.paused_by)}")
         if self.paused_at:
             parts.append(f"at {format_time(self.paused_at)}")
         if self.reason:
-            parts.append(f"({_clip(self.reason)!r})")
+            parts.append(f"({clip(self.reason)!r})")
         return " ".join(parts)
 
     def to_json(self) -> dict[str, Any]:
@@ -196,17 +197,6 @@ class PauseState:
         return cls(generation=generation, holds=tuple(Hold.from_json(h) for h in holds))
 
 
-def format_time(timestamp: float) -> str:
-    """ISO 8601 in UTC, to the second."""
-    from datetime import datetime, timezone
-
-    try:
-        moment = datetime.fromtimestamp(timestamp, tz=timezone.utc)
-    except (OverflowError, ValueError, OSError):
-        return f"{timestamp!r} (out of range)"
-    return moment.strftime("%Y-%m-%d %H:%M:%SZ")
-
-
 def require_str(value: Any) -> str:
     if not isinstance(value, str):
         raise TypeError(f"expected a string, got {type(value).__name__}")
@@ -225,7 +215,3 @@ def _number(value: Any) -> float:
     if not math.isfinite(number):
         raise ValueError(f"expected a finite number, got {number!r}")
     return number
-
-
-def _clip(text: str) -> str:
-    return text if len(text) <= SHOWN_TEXT else text[:SHOWN_TEXT] + "…"

@@ -5,7 +5,9 @@ from pathlib import Path
 
 import pytest
 
-from .harness import AMQP_BROKER, REDIS_BROKER, Cluster, require
+from support.harness import AMQP_BROKER, REDIS_BROKER, Cluster
+
+from .services import require
 
 
 @pytest.fixture(params=["redis", "amqp"])

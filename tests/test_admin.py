@@ -16,10 +16,11 @@ from celery.bin.base import CLIContext
 from click.testing import CliRunner
 
 import celery_pause
-from celery_pause.admin import make_admin_app, serve
-from celery_pause.webserver import MAX_BODY, Server
+from celery_pause.cli.serve import serve
+from celery_pause.http.admin import make_admin_app
+from celery_pause.http.server import MAX_BODY, Server
+from support.harness import ROOT, Cluster
 
-from .harness import ROOT, Cluster
 from .webclient import call
 
 TOKEN = "s3cret-token-for-the-admin-api"
@@ -259,7 +260,7 @@ def test_celery_pause_serve_runs_until_terminated(world: Cluster, tmp_path: Path
         "import sys\n"
         "from celery.bin.celery import main\n"
         "from celery.bin.celery import celery as group\n"
-        "from celery_pause.admin import serve\n"
+        "from celery_pause.cli.serve import serve\n"
         "group.add_command(serve)\n"
         "sys.exit(main())\n"
     )
@@ -270,7 +271,7 @@ def test_celery_pause_serve_runs_until_terminated(world: Cluster, tmp_path: Path
         "PAUSE_TEST_STORE": world.store_url,
         "PYTHONPATH": str(ROOT),
     }
-    argv = [sys.executable, "-c", script, "-A", "tests.proj", "serve", "--port", "0"]
+    argv = [sys.executable, "-c", script, "-A", "support.proj", "serve", "--port", "0"]
     proc = subprocess.Popen(
         [*argv, "--token-file", str(token_file)],
         cwd=ROOT,

@@ -12,8 +12,7 @@ import celery_pause
 from celery_pause import AlreadyPaused, ConfigurationError, InvalidInput, Scope
 from celery_pause.state import Hold, PauseState
 from celery_pause.stores import store_for
-
-from .harness import Cluster, wait_for
+from support.harness import Cluster, wait_for
 
 
 def add_breaker_hold(app: Celery, queues: list[str] | None = None) -> None:

@@ -17,13 +17,12 @@ from hypothesis import HealthCheck, assume, example, given, settings
 from hypothesis import strategies as st
 
 import celery_pause
-from celery_pause import api
+from celery_pause import validation
 from celery_pause.errors import InvalidInput
 from celery_pause.report import APPLIED, WorkerReport
 from celery_pause.state import EVERYTHING, SHOWN_TEXT, UNREADABLE, Hold, PauseState, Scope
-from celery_pause.timeparse import MAX_DURATION, parse_datetime, parse_duration
-
-from .harness import Cluster
+from celery_pause.validation import MAX_DURATION, parse_datetime, parse_duration
+from support.harness import Cluster
 
 PROPERTIES = settings(deadline=None, suppress_health_check=[HealthCheck.too_slow])
 NOW = 1_800_000_000.0  # store time at which the decoded states are judged
@@ -380,12 +379,12 @@ def endless_queue_names() -> Iterator[str]:
 
 
 BAD_PAUSES: list[tuple[dict[str, Any], str]] = [
-    ({"reason": "x" * (api.MAX_REASON + 1)}, "reason longer than 1000 characters"),
+    ({"reason": "x" * (validation.MAX_REASON + 1)}, "reason longer than 1000 characters"),
     ({"reason": 42}, "reason must be a string"),
-    ({"paused_by": "x" * (api.MAX_OPERATOR + 1)}, "paused_by longer than 200"),
-    ({"queues": [f"q{i}" for i in range(api.MAX_QUEUES + 1)]}, "at most 100 queues"),
+    ({"paused_by": "x" * (validation.MAX_OPERATOR + 1)}, "paused_by longer than 200"),
+    ({"queues": [f"q{i}" for i in range(validation.MAX_QUEUES + 1)]}, "at most 100 queues"),
     ({"queues": endless_queue_names()}, "at most 100 queues"),
-    ({"queues": ["q" * (api.MAX_QUEUE_NAME + 1)]}, "queue name longer than 200"),
+    ({"queues": ["q" * (validation.MAX_QUEUE_NAME + 1)]}, "queue name longer than 200"),
     ({"queues": []}, "at least one queue"),
     ({"queues": ["ok", " "]}, "non-empty strings"),
     ({"queues": ["ok", 7]}, "non-empty strings"),
@@ -416,7 +415,9 @@ def test_bad_pause_arguments_are_refused_clearly_and_change_nothing(
     assert celery_pause.status(world.app).state == before
 
 
-@pytest.mark.parametrize("queues", [[f"q{i}" for i in range(api.MAX_QUEUES + 1)], ["q" * 201], []])
+@pytest.mark.parametrize(
+    "queues", [[f"q{i}" for i in range(validation.MAX_QUEUES + 1)], ["q" * 201], []]
+)
 def test_bad_resume_arguments_are_refused_and_change_nothing(
     world: Cluster, queues: list[str]
 ) -> None:
@@ -431,8 +432,10 @@ def test_bad_resume_arguments_are_refused_and_change_nothing(
 
 def test_the_largest_accepted_pause_is_stored_whole(world: Cluster) -> None:
     # Given the largest reason, operator name and queue list the API accepts
-    queues = [f"{i:03d}".ljust(api.MAX_QUEUE_NAME, "q") for i in range(api.MAX_QUEUES)]
-    reason = "r" * api.MAX_REASON
+    queues = [
+        f"{i:03d}".ljust(validation.MAX_QUEUE_NAME, "q") for i in range(validation.MAX_QUEUES)
+    ]
+    reason = "r" * validation.MAX_REASON
     # When paused with them
     result = celery_pause.pause(world.app, queues=queues, reason=reason, paused_by="o" * 200)
     # Then the hold is stored whole and reads back equal

@@ -21,10 +21,11 @@ import pytest
 import redis
 
 import celery_pause
-from celery_pause.breaker import BreakerStatus
+from celery_pause.breaker.status import BreakerStatus
+from support.breaker_proj import AUTORETRY_TASK, CHARGE_TASK, DEPENDENCY_URL, keys
+from support.harness import AMQP_BROKER, REDIS_BROKER, Cluster, Worker, wait_for
 
-from .breaker_proj import AUTORETRY_TASK, CHARGE_TASK, DEPENDENCY_URL, keys
-from .harness import AMQP_BROKER, REDIS_BROKER, Cluster, Worker, require, wait_for
+from .services import require
 
 DEADLINE = 60.0
 
@@ -397,3 +398,45 @@ def test_a_crashed_probers_lease_expires_and_another_worker_probes(make_world: A
     # And every task completes, those the dead worker held included
     ok = world.wait_all_done()
     assert {r["id"] for r in ok} == set(world.sent)
+
+
+def test_a_breaker_opens_only_where_a_worker_runs_its_agent(make_world: Any) -> None:
+    # Given a dependency that is down and one worker without the pause step: nothing in
+    # the cluster could ever probe the breaker and close it again
+    world = make_world(
+        REDIS_BROKER, fail_max=2, window=30, reset_timeout=1, requeue_delay=0.2, max_requeues=2
+    )
+    world.dependency("down")
+    bare = world.cluster.worker("bare", install=False)
+
+    # When more tasks fail against it than fail_max
+    world.send(3, duration=0.05)
+    wait_for(
+        lambda: bare.log_count("no live worker runs its agent") >= 1,
+        timeout=DEADLINE,
+        what="the breaker to refuse to open",
+    )
+
+    # Then the failures are counted, but the breaker stays closed and pauses nothing
+    assert len([r for r in world.runs() if not r["ok"]]) >= 2
+    assert world.breaker().state == "closed"
+    assert not world.breaker_holds()
+
+    # When that worker is replaced by one with the pause step, the one line of set-up
+    bare.stop()
+    worker = world.cluster.worker("w1")
+    worker.wait_applied()
+    wait_for(
+        lambda: any(r.breakers == ("dep",) for r in celery_pause.status(world.app).workers),
+        timeout=DEADLINE,
+        what="the worker to report the breaker's agent",
+    )
+    world.send(3, duration=0.05)
+
+    # Then the breaker opens, half-opens and closes once the dependency is back
+    world.wait_state("open")
+    assert world.breaker_holds()
+    world.dependency("up")
+    world.wait_state("closed")
+    assert world.record()["period"] >= 1, "it closed through a half-open period"
+    assert not world.breaker_holds()

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from celery_pause import CircuitBreaker, InvalidInput
-from celery_pause.breaker_state import CLOSED, HALF_OPEN, OPEN, BreakerRecord, Policy
+from celery_pause.breaker.record import CLOSED, HALF_OPEN, OPEN, BreakerRecord, Policy
 
 POLICY = Policy(
     fail_max=3,

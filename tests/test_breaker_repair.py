@@ -11,12 +11,13 @@ import redis
 from celery import Celery
 
 import celery_pause
-from celery_pause.breaker_state import CLOSED, OPEN
-from celery_pause.breaker_step import BreakerAgent
+from celery_pause.breaker.agent import BreakerAgent
+from celery_pause.breaker.record import CLOSED, OPEN
 from celery_pause.state import Hold, PauseState
 from celery_pause.stores import store_for
+from support.harness import REDIS_BROKER, REDIS_STORE
 
-from .harness import REDIS_BROKER, REDIS_STORE, require
+from .services import require
 
 
 @pytest.fixture
@@ -130,7 +131,7 @@ def test_status_lists_breakers_from_the_store_with_failures_and_times(app: Celer
     assert status.next_probe_at == record.opened_at + breaker.reset_timeout
     assert status.last_error == "TimeoutError('two')"
     line = status.describe()
-    assert line.startswith("circuit dep (payments): open; 2/5 failures in 60s; opened at ")
+    assert line.startswith("circuit dep (queue payments): open; 2/5 failures in 60s; opened at ")
     assert "next probe at" in line and line.endswith("last error: TimeoutError('two')")
     assert status.to_json()["queues"] == ["payments"]
 
@@ -150,4 +151,4 @@ def test_an_unreadable_record_shows_as_such_and_reset_clears_it(app: Celery) -> 
 
     # When the breaker is reset, it is closed and its hold is gone
     breaker.reset(app)
-    assert breaker.status(app).state == "closed" and holds(app) == []
+    assert celery_pause.breaker_status(app, breaker).state == "closed" and holds(app) == []

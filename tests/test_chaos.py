@@ -28,9 +28,10 @@ import redis
 import celery_pause
 from celery_pause.errors import PauseTimeout
 from celery_pause.state import NOTHING, Scope
+from support.harness import AMQP_BROKER, Cluster, Worker, wait_for
+from support.redis_server import RedisServer
 
-from .harness import AMQP_BROKER, Cluster, Worker, require, wait_for
-from .redis_server import RedisServer
+from .services import require
 
 pytestmark = pytest.mark.chaos
 

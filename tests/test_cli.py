@@ -20,9 +20,10 @@ import celery_pause
 from celery_pause import cli
 from celery_pause.state import Hold, PauseState, Scope
 from celery_pause.stores import store_for
+from support.harness import AMQP_BROKER, Cluster, wait_for
+from support.proj import make_app
 
-from .harness import AMQP_BROKER, Cluster, require, wait_for
-from .proj import make_app
+from .services import require
 
 UNREACHABLE_STORE = "redis://:s3cret-pw@127.0.0.1:1/0"
 
@@ -261,7 +262,7 @@ def test_resume_says_whether_queues_flow_and_keeps_breaker_holds_unless_forced(
     kept = resume(world)
     assert kept.exit_code == 0
     assert "Resumed all queues: removed manual hold on all queues" in kept.stdout
-    assert "Still paused by:\n  breaker:smtp hold on emails" in kept.stdout
+    assert "Still paused by:\n  breaker:smtp hold on queue emails" in kept.stdout
     assert "Holds not set by hand stay unless you resume with --force." in kept.stdout
     assert [h.source for h in holds(world)] == ["breaker:smtp"]
     assert status_doc(world)["state"] == "PARTIAL"
@@ -269,7 +270,7 @@ def test_resume_says_whether_queues_flow_and_keeps_breaker_holds_unless_forced(
     # When forced, the breaker hold goes too and the queues flow
     forced = resume(world, "--force")
     assert forced.exit_code == 0
-    assert "removed breaker:smtp hold on emails" in forced.stdout
+    assert "removed breaker:smtp hold on queue emails" in forced.stdout
     assert "All queues flow again." in forced.stdout
     assert holds(world) == ()
 
@@ -349,14 +350,14 @@ def test_wait_times_out_naming_stragglers_then_confirms_with_live_progress(
     # Then it exits 3 naming the worker and the task's full id and name, and the pause stays
     assert timed_out.exit_code == 3, timed_out.output
     assert "pause recorded but not confirmed within 1s:" in timed_out.stderr
-    assert f"{worker.hostname} still runs 1: tests.proj.record[{long_task}]" in timed_out.stderr
+    assert f"{worker.hostname} still runs 1: support.proj.record[{long_task}]" in timed_out.stderr
     assert "The pause stays in effect" in timed_out.stderr
     assert status_doc(world)["state"] == "PAUSED"
 
     # And status shows the worker finishing that task
     (report,) = status_doc(world)["workers"]
     assert report["state"] == "pausing"
-    assert report["running"] == [{"id": long_task, "name": "tests.proj.record"}]
+    assert report["running"] == [{"id": long_task, "name": "support.proj.record"}]
 
     # When the operator waits long enough (replacing the hold)
     confirmed = pause(world, "--force", "--wait", "--timeout", "60")
@@ -364,7 +365,7 @@ def test_wait_times_out_naming_stragglers_then_confirms_with_live_progress(
     # Then progress names the task while it runs, and the wait ends confirmed
     assert confirmed.exit_code == 0, confirmed.output
     assert "Waiting: 0 of 1 workers confirmed, 1 task still running" in confirmed.stdout
-    assert f"{worker.hostname}  finishing 1: tests.proj.record[{long_task[:8]}]" in (
+    assert f"{worker.hostname}  finishing 1: support.proj.record[{long_task[:8]}]" in (
         confirmed.stdout
     )
     assert confirmed.stdout.rstrip().endswith("Confirmed by 1 worker: nothing in scope is running.")
@@ -436,6 +437,6 @@ def test_status_shows_each_breaker(world: Cluster) -> None:
     # Then status lists it, in text and JSON, with its state and failures
     text = pause(world, "status")
     assert text.exit_code == 0, text.output
-    assert "Breakers:" in text.output and "circuit smtp (emails): open" in text.output
+    assert "Breakers:" in text.output and "circuit smtp (queue emails): open" in text.output
     [doc] = status_doc(world)["breakers"]
     assert (doc["name"], doc["state"], doc["queues"]) == ("smtp", "open", ["emails"])

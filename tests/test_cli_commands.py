@@ -1,4 +1,4 @@
-"""The real ``celery -A tests.proj pause | resume | pause status`` commands, as run by hand."""
+"""The real ``celery -A support.proj pause | resume | pause status`` commands, as run by hand."""
 
 from __future__ import annotations
 
@@ -13,8 +13,7 @@ from importlib.metadata import entry_points
 import pytest
 
 import celery_pause
-
-from .harness import ROOT, Cluster, wait_for
+from support.harness import ROOT, Cluster, wait_for
 
 
 @pytest.fixture(autouse=True)
@@ -29,7 +28,7 @@ def installed() -> None:
 
 
 def command(*args: str) -> list[str]:
-    return [sys.executable, "-m", "celery", "-A", "tests.proj", *args]
+    return [sys.executable, "-m", "celery", "-A", "support.proj", *args]
 
 
 def celery(cluster: Cluster, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
@@ -65,7 +64,7 @@ def test_pause_status_resume_through_celery(world: Cluster) -> None:
     again = celery(world, "pause")
     assert again.returncode == 1
     assert "already paused" in again.stderr and "--force" in again.stderr
-    assert "celery -A tests.proj resume" in again.stderr
+    assert "celery -A support.proj resume" in again.stderr
 
     # And a usage error exits 2 naming the option
     usage = celery(world, "pause", "--force", "--resume-after", "whenever")
@@ -150,6 +149,6 @@ def test_wait_redraws_its_progress_in_place_on_a_terminal(world: Cluster) -> Non
 
     # Then the progress named the task, was erased in place, and the confirmation is left
     text = screen.decode(errors="replace")
-    assert f"finishing 1: tests.proj.record[{task_id[:8]}]" in text
+    assert f"finishing 1: support.proj.record[{task_id[:8]}]" in text
     assert "\x1b[F\x1b[K" in text
     assert text.rstrip().endswith("Confirmed by 1 worker: nothing in scope is running.")

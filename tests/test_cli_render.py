@@ -10,21 +10,15 @@ import click
 import pytest
 from celery import Celery
 
-from celery_pause.api import ClusterStatus, PauseResult, ResumeResult
-from celery_pause.cli import DateTime, Duration, QueueList, masked
-from celery_pause.live import LiveProgress
-from celery_pause.render import (
-    progress_lines,
-    resume_lines,
-    status_json,
-    status_lines,
-    status_queues,
-    timeout_lines,
-    worker_state,
-)
+from celery_pause.cli.commands import masked
+from celery_pause.cli.live import LiveProgress
+from celery_pause.cli.params import DateTime, Duration, QueueList
+from celery_pause.cli.render import progress_lines, resume_lines, status_lines, timeout_lines
+from celery_pause.formatting import format_duration
+from celery_pause.overview import Overview, status_json, status_queues, worker_state
 from celery_pause.report import APPLIED, STARTING, WorkerReport
+from celery_pause.results import ClusterStatus, PauseResult, ResumeResult
 from celery_pause.state import EVERYTHING, Hold, PauseState, Scope, unreadable_hold
-from celery_pause.timeparse import format_duration
 
 NOW = 1_800_000_000.0
 
@@ -88,7 +82,7 @@ def test_status_text_of_a_full_pause_matches_the_documented_shape() -> None:
     workers = [report(f"w{i}@host") for i in (1, 2, 3)]
 
     # When rendered
-    lines = status_lines(cluster(holds, workers), {"celery": 1234, "emails": 12})
+    lines = status_lines(Overview(cluster(holds, workers), {"celery": 1234, "emails": 12}, ()))
 
     # Then it reads like the README
     assert lines[0] == "State: PAUSED (all queues) since 2027-01-15 07:35:00Z (25 minutes)"
@@ -112,11 +106,13 @@ def test_status_text_of_a_partial_pause_shows_each_hold_with_its_source() -> Non
 
     # When rendered
     lines = status_lines(
-        cluster([breaker, manual], [busy, behind, starting]), {"emails": None, "web": 3}
+        Overview(
+            cluster([breaker, manual], [busy, behind, starting]), {"emails": None, "web": 3}, ()
+        )
     )
 
     # Then the state is PARTIAL, every hold names its source, every worker its state
-    assert lines[0].startswith("State: PARTIAL (emails, reports) since ")
+    assert lines[0].startswith("State: PARTIAL (queues emails, reports) since ")
     assert lines[1] == '  hold  breaker:smtp  on queue emails  "5 errors in 60s"'
     assert lines[2].startswith("  hold  manual  on queue reports  by alice@ops")
     assert lines[3] == "Workers: 3 live (0 paused, 1 running tasks in scope)"
@@ -130,7 +126,7 @@ def test_status_text_of_a_partial_pause_shows_each_hold_with_its_source() -> Non
 
 
 def test_status_text_when_running_and_no_worker() -> None:
-    lines = status_lines(cluster([], []), {})
+    lines = status_lines(Overview(cluster([], []), {}, ()))
     assert lines == [
         "State: RUNNING",
         "Workers: none live (reports in redis://:**@store:6379/0)",
@@ -143,7 +139,7 @@ def test_reasons_and_names_cannot_drive_the_terminal() -> None:
     evil = hold(reason="ok\x1b[2J\nState: RUNNING", paused_by="eve\x1b[31m")
 
     # When rendered
-    text = "\n".join(status_lines(cluster([evil], []), {}))
+    text = "\n".join(status_lines(Overview(cluster([evil], []), {}, ())))
 
     # Then no control character reaches the output
     assert "\x1b" not in text
@@ -152,7 +148,9 @@ def test_reasons_and_names_cannot_drive_the_terminal() -> None:
 
 
 def test_unreadable_state_shows_as_a_hold_on_everything() -> None:
-    lines = status_lines(cluster([unreadable_hold("unreadable pause state: bad json")], []), {})
+    lines = status_lines(
+        Overview(cluster([unreadable_hold("unreadable pause state: bad json")], []), {}, ())
+    )
     assert lines[0].startswith("State: PAUSED (all queues)")
     assert lines[1] == '  hold  unreadable  on all queues  "unreadable pause state: bad json"'
 
@@ -228,22 +226,22 @@ def test_pause_and_resume_outcomes() -> None:
     result = PauseResult(hold=new, generation=3, replaced=(old,))
 
     # Then the operator reads what happens, when it ends, and what was replaced
-    from celery_pause.render import pause_lines
+    from celery_pause.cli.render import pause_lines
 
     lines = pause_lines(result)
     assert lines[0] == (
         "Paused queue emails: running tasks from it will finish, no new task from it will "
         "start. Auto-resume at 2027-01-15 08:30:00Z (in 30 minutes)."
     )
-    assert lines[1].startswith("Replaced the earlier manual hold on emails by bob@ops")
+    assert lines[1].startswith("Replaced the earlier manual hold on queue emails by bob@ops")
 
     # And a resume that leaves a breaker hold says so, with the --force hint
     breaker = hold(["emails"], source="breaker:smtp")
     kept = ResumeResult(removed=(new,), remaining=(breaker,), generation=4)
     lines = resume_lines(kept, Scope.of(["emails"]), force=False)
-    assert lines[0].startswith("Resumed queue emails: removed manual hold on emails")
+    assert lines[0].startswith("Resumed queue emails: removed manual hold on queue emails")
     assert "Still paused by:" in lines
-    assert any("breaker:smtp hold on emails" in line for line in lines)
+    assert any("breaker:smtp hold on queue emails" in line for line in lines)
     assert lines[-1] == "Holds not set by hand stay unless you resume with --force."
 
     # And a resume of one queue under an all-queue hold explains how to lift it
@@ -286,19 +284,23 @@ def test_live_progress_redraws_in_place_on_a_terminal() -> None:
     # Given a terminal and a clock
     out = io.StringIO()
     now = [0.0]
-    live = LiveProgress(42, stream=out, tty=True, clock=lambda: now[0])
+    live = LiveProgress(stream=out, tty=True, clock=lambda: now[0])
+    paused = PauseResult(hold=hold(), generation=42, replaced=())
     busy = report("w1@h", running=("id-1",), running_names=("a",))
 
     # When progress changes twice, the second time after the redraw interval
-    live([busy])
+    live(paused, [busy])
     first = out.getvalue()
     now[0] = 1.0
-    live([report("w1@h")])
+    live(paused, [report("w1@h")])
     live.close()
 
-    # Then the first block is erased (cursor up + clear line per line) before the next
+    # Then what the pause does stays; the first block is erased (cursor up + clear line
+    # per line) before the next
+    heading, block = first.split("\n", 1)
+    assert heading.startswith("Paused all queues: running tasks will finish")
     assert (
-        first
+        block
         == "Waiting: 0 of 1 workers confirmed, 1 task still running\n  w1@h  finishing 1: a[id-1]\n"
     )
     rest = out.getvalue()[len(first) :]
@@ -309,12 +311,14 @@ def test_live_progress_redraws_in_place_on_a_terminal() -> None:
 
 def test_live_progress_prints_each_change_once_elsewhere() -> None:
     out = io.StringIO()
-    live = LiveProgress(42, stream=out, tty=False)
+    live = LiveProgress(stream=out, tty=False)
+    paused = PauseResult(hold=hold(), generation=42, replaced=())
     busy = report("w1@h", running=("id-1",))
     for workers in ([busy], [busy], [busy], [report("w1@h")]):
-        live(workers)
+        live(paused, workers)
     live.close()
     assert out.getvalue().count("Waiting:") == 2
+    assert out.getvalue().count("Paused all queues") == 1
     assert "\x1b" not in out.getvalue()
     assert live.last == [report("w1@h")]
 

@@ -14,8 +14,7 @@ from celery_pause import api
 from celery_pause.errors import PauseTimeout
 from celery_pause.state import EVERYTHING, UNREADABLE, Hold, PauseState, Scope
 from celery_pause.stores import store_for
-
-from .harness import REDIS_BROKER, Cluster, Worker, wait_for
+from support.harness import REDIS_BROKER, Cluster, Worker, wait_for
 
 
 @pytest.fixture

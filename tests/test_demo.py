@@ -16,7 +16,9 @@ from types import ModuleType
 import pytest
 import redis
 
-from .harness import REDIS_BROKER, ROOT, require, wait_for
+from support.harness import REDIS_BROKER, ROOT, wait_for
+
+from .services import require
 
 DEMO = ROOT / "examples" / "demo.py"
 SUMMARY = re.compile(r"^ran=(\d+) started_during_pause=(\d+) lost=(\d+)$", re.MULTILINE)

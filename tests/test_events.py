@@ -10,8 +10,7 @@ from typing import Any
 from celery import Celery
 
 import celery_pause
-
-from .harness import Cluster, wait_for
+from support.harness import Cluster, wait_for
 
 
 @contextmanager

@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from celery_pause.gate import Gate
 from celery_pause.state import Scope
+from celery_pause.worker.gate import Gate
 
 
 @dataclass

@@ -8,12 +8,10 @@ from pathlib import Path
 import pytest
 
 import celery_pause
-from celery_pause import journal
-from celery_pause.journal import HistoryEntry, format_history
+from celery_pause.history import HistoryEntry, format_history
 from celery_pause.stores import store_for
 from celery_pause.stores.base import Store
-
-from .harness import REDIS_BROKER, Cluster, wait_for
+from support.harness import REDIS_BROKER, Cluster, wait_for
 
 
 @pytest.fixture
@@ -136,4 +134,4 @@ def test_unreadable_entries_are_listed_as_such() -> None:
     # Then it says so instead of vanishing
     assert entry.action == "unreadable"
     assert "Expecting value" in (entry.reason or "")
-    assert "unreadable" in journal.format_history([entry])
+    assert "unreadable" in format_history([entry])

@@ -11,8 +11,7 @@ import celery_pause
 from celery_pause import PauseTimeout, WorkerReport
 from celery_pause.state import EVERYTHING, Hold, PauseState
 from celery_pause.stores import store_for
-
-from .harness import Cluster, Worker, wait_for
+from support.harness import Cluster, Worker, wait_for
 
 
 def held(worker: Worker) -> int:

@@ -11,13 +11,12 @@ from typing import Any
 import pytest
 from celery import Celery
 
-from celery_pause.conf import PauseConfig
 from celery_pause.errors import ConfigurationError
-from celery_pause.gate import GateCounters
-from celery_pause.monitor import WorkerView, format_duration
-from celery_pause.probe import Probes
+from celery_pause.http.health import Probes
+from celery_pause.http.server import Request, Response
+from celery_pause.settings import PauseConfig
 from celery_pause.state import EVERYTHING, NOTHING, Hold, Scope
-from celery_pause.webserver import Request, Response
+from celery_pause.view import GateCounters, WorkerView
 
 
 class StandIn:
@@ -118,14 +117,6 @@ def test_only_get_and_known_paths() -> None:
     probes = Probes(StandIn(view()))  # type: ignore[arg-type]
     post = probes(Request(method="POST", path="/healthz", headers={}, body=b"", host=""))
     assert post.status == 405
-
-
-@pytest.mark.parametrize(
-    ("seconds", "text"),
-    [(0, "0s"), (45.9, "45s"), (725, "12m 05s"), (10920, "3h 02m"), (187200, "2d 04h")],
-)
-def test_durations_read_well(seconds: float, text: str) -> None:
-    assert format_duration(seconds) == text
 
 
 def config(**settings: Any) -> PauseConfig:

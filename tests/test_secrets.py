@@ -17,10 +17,9 @@ import celery_pause
 from celery_pause.errors import StoreError
 from celery_pause.stores import store_for
 from celery_pause.stores.file import FileStore
-
-from .harness import REDIS_BROKER, Cluster, free_port, wait_for
-from .proj import make_app
-from .redis_server import RedisServer
+from support.harness import REDIS_BROKER, Cluster, free_port, wait_for
+from support.proj import make_app
+from support.redis_server import RedisServer
 
 SECRET = "s3cret-" + uuid.uuid4().hex
 WRONG = "wr0ng-" + uuid.uuid4().hex

@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 
 import celery_pause
+from support.harness import Cluster
 
-from .harness import Cluster
 from .test_admin import TOKEN, admin_server
 
 CHROMIUM_ARGS = [

@@ -16,8 +16,9 @@ from celery_pause.state import PauseState
 from celery_pause.stores.base import Store
 from celery_pause.stores.file import FileStore
 from celery_pause.stores.redis import RedisStore
+from support.harness import REDIS_STORE
 
-from .harness import REDIS_STORE, require
+from .services import require
 
 
 @pytest.fixture(params=["redis", "file"])

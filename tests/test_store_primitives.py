@@ -16,8 +16,9 @@ from celery_pause.errors import InvalidInput, StoreError
 from celery_pause.stores.base import Store
 from celery_pause.stores.file import FileStore
 from celery_pause.stores.redis import RedisStore
+from support.harness import REDIS_STORE, wait_for
 
-from .harness import REDIS_STORE, require, wait_for
+from .services import require
 
 PROCESSES = 4
 EACH = 25

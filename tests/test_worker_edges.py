@@ -10,8 +10,9 @@ import pytest
 
 import celery_pause
 from celery_pause import PauseTimeout
+from support.harness import AMQP_BROKER, Cluster, free_port, redis_server, wait_for
 
-from .harness import AMQP_BROKER, Cluster, free_port, redis_server, require, wait_for
+from .services import require
 from .test_pause_holds import held, stays_quiet
 
 

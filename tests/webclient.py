@@ -13,7 +13,7 @@ from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from .harness import Worker, wait_for
+from support.harness import Worker, wait_for
 
 
 @dataclass(frozen=True)

@@ -5,8 +5,8 @@ from __future__ import annotations
 from celery import Celery
 from kombu.utils.url import sanitize_url
 
-from ..conf import REDIS_SCHEMES, PauseConfig, config_for
 from ..errors import ConfigurationError
+from ..settings import REDIS_SCHEMES, PauseConfig, config_for
 from .base import Snapshot, Store
 
 __all__ = ("Snapshot", "Store", "open_store", "store_for")

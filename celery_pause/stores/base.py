@@ -74,6 +74,11 @@ class Store(ABC):
     def worker_reports(self) -> list[WorkerReport]:
         """Every recorded worker report, live or stale."""
 
+    def live_reports(self, ttl: float, now: float) -> list[WorkerReport]:
+        """Reports seen within ``ttl`` seconds of store time ``now``, by hostname."""
+        reports = (r for r in self.worker_reports() if now - r.seen <= ttl)
+        return sorted(reports, key=lambda r: r.hostname)
+
     def append_log(self, log: str, entry: Mapping[str, Any], *, keep: int) -> None:
         """Append ``entry`` (a JSON object) to the list ``log``, keeping the newest ``keep``.
 

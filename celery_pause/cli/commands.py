@@ -1,0 +1,259 @@
+"""The operator CLI: ``celery -A proj pause``, ``… resume`` and ``… pause status``.
+
+Registered through the ``celery.commands`` entry points. ``pause`` is a group
+whose own callback pauses; its sub-commands (``status``) report. Add one with
+``@pause.command(cls=CeleryCommand)``.
+
+Exit codes: 0 done; 1 refused or failed (already paused, store unreachable,
+not configured); 2 usage error; 3 pause recorded but not confirmed by ``--wait``
+in time; 130 interrupted while waiting (the pause stays).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from contextlib import contextmanager, suppress
+from datetime import datetime, timedelta
+from urllib.parse import urlsplit
+
+import click
+from celery import Celery
+from celery.bin.base import CeleryCommand
+from click.core import ParameterSource
+
+from .. import api
+from ..errors import AlreadyPaused, ConfigurationError, InvalidInput, PauseTimeout, StoreError
+from ..history import format_history
+from ..overview import PAUSED, RUNNING, cluster_state, overview
+from ..results import PauseResult
+from ..settings import config_for
+from ..state import Scope
+from .live import LiveProgress
+from .params import QUEUES_OPTION, DateTime, Duration, check_by, check_reason, check_timeout
+from .render import pause_lines, resume_lines, status_lines, timeout_lines
+from .serve import serve
+
+EXIT_UNCONFIRMED = 3
+EXIT_INTERRUPTED = 130
+STATE_COLOURS = {RUNNING: "green", PAUSED: "red"}
+
+
+# -- errors -------------------------------------------------------------------------------------
+class Unconfirmed(click.ClickException):
+    """The pause is recorded, but ``--wait`` ran out of time."""
+
+    exit_code = EXIT_UNCONFIRMED
+
+
+def app_hint(ctx: click.Context) -> str:
+    """``celery -A proj``, as the operator typed it, for hints."""
+    name = ctx.find_root().params.get("app")
+    return f"celery -A {name}" if isinstance(name, str) and name else "celery"
+
+
+def masked(text: str, app: Celery) -> str:
+    """``text`` with the password of the store and broker URLs replaced by ``**``."""
+    urls: list[str] = [str(app.conf.broker_url or "")]
+    with suppress(ConfigurationError):
+        urls.append(config_for(app).store_url)
+    for url in urls:
+        try:
+            password = urlsplit(url).password
+        except ValueError:
+            continue
+        if password:
+            text = text.replace(password, "**")
+    return text
+
+
+@contextmanager
+def operator_errors(ctx: click.Context) -> Iterator[None]:
+    """Turn celery-pause's errors into messages and exit codes, never a traceback."""
+    app: Celery = ctx.obj.app
+    hint = app_hint(ctx)
+    try:
+        yield
+    except AlreadyPaused as exc:
+        holds = "\n".join("  " + hold.describe() for hold in exc.holds)
+        raise click.ClickException(
+            f"already paused, nothing changed:\n{holds}\n"
+            f"Use --force to replace it, or `{hint} resume` first."
+        ) from None
+    except StoreError as exc:
+        raise click.ClickException(
+            masked(f"cannot use the pause store: {exc}", app)
+            + "\nNothing changed. Check pause_store_url and that the store is up."
+        ) from None
+    except ConfigurationError as exc:
+        raise click.ClickException(masked(f"celery-pause is not configured: {exc}", app)) from None
+    except InvalidInput as exc:
+        raise click.UsageError(str(exc), ctx) from None
+
+
+# -- pause --------------------------------------------------------------------------------------
+PAUSE_OPTIONS = ("reason", "by", "queues", "resume_after", "resume_at", "force", "wait", "timeout")
+
+
+@click.group(
+    invoke_without_command=True,
+    short_help="Pause task processing on every worker (or some queues); `pause status`.",
+)
+@click.option("--reason", callback=check_reason, help="Why, shown to everyone who looks.")
+@click.option(
+    "--by", callback=check_by, metavar="NAME",
+    help="Who pauses, for the record (default: user@host).",
+)  # fmt: skip
+@QUEUES_OPTION
+@click.option(
+    "--resume-after", type=Duration(),
+    help="Resume automatically after DURATION: 90s, 30m, 2h, 1h30m or plain seconds.",
+)  # fmt: skip
+@click.option(
+    "--resume-at", type=DateTime(),
+    help="Resume automatically at DATETIME, ISO 8601 (2026-01-28T14:00, …T14:00Z, "
+    "…T14:00+01:00); without a zone it is this machine's local time.",
+)  # fmt: skip
+@click.option("--force", is_flag=True, help="Replace a manual pause already in place.")
+@click.option(
+    "--wait", is_flag=True,
+    help="Block until every live worker applied the pause and runs nothing in scope.",
+)  # fmt: skip
+@click.option(
+    "--timeout", type=click.FloatRange(min=0, min_open=True), default=30.0, show_default=True,
+    callback=check_timeout,
+    metavar="SECONDS", help="How long --wait waits before giving up (exit code 3).",
+)  # fmt: skip
+@click.pass_context
+def pause(
+    ctx: click.Context,
+    reason: str | None,
+    by: str | None,
+    queues: list[str] | None,
+    resume_after: timedelta | None,
+    resume_at: datetime | None,
+    force: bool,
+    wait: bool,
+    timeout: float,
+) -> None:
+    """Pause task processing on every worker, for every queue or for -Q queues.
+
+    Running tasks finish; no new task starts (prefetched and ETA tasks included)
+    until `celery resume` or the auto-resume time. Workers started later start
+    paused. `celery pause status` shows the state.
+    """
+    given = [
+        name for name in PAUSE_OPTIONS
+        if ctx.get_parameter_source(name) == ParameterSource.COMMANDLINE
+    ]  # fmt: skip
+    if ctx.invoked_subcommand is not None:
+        if given:
+            option = "--" + given[0].replace("_", "-")
+            raise click.UsageError(
+                f"{option} belongs to `pause` itself, not to `pause {ctx.invoked_subcommand}`",
+                ctx,
+            )
+        return
+    if resume_after is not None and resume_at is not None:
+        raise click.UsageError(
+            "--resume-after and --resume-at cannot be used together: give one", ctx
+        )
+    if "timeout" in given and not wait:
+        raise click.UsageError("--timeout applies only with --wait", ctx)
+
+    app: Celery = ctx.obj.app
+    stream = click.get_text_stream("stdout")
+    progress = LiveProgress(stream=stream, tty=stream.isatty())
+    with operator_errors(ctx):
+        try:
+            result = api.pause(
+                app,
+                reason=reason,
+                paused_by=by,
+                queues=queues,
+                resume_after=resume_after,
+                resume_at=resume_at,
+                force=force,
+                wait=wait,
+                timeout=timeout,
+                progress=progress,
+            )
+        except PauseTimeout as exc:
+            progress.close()
+            lines = timeout_lines(exc.timeout, exc.busy, progress.last, app_hint(ctx))
+            raise Unconfirmed("\n".join(lines)) from None
+        except KeyboardInterrupt:
+            progress.close()
+            ctx.obj.error("Stopped waiting. The pause stays in effect.")
+            ctx.exit(EXIT_INTERRUPTED)
+        progress.close()
+        if not wait:
+            for line in pause_lines(result):
+                ctx.obj.echo(line)
+        confirmations(ctx, result, waited=wait)
+
+
+def confirmations(ctx: click.Context, result: PauseResult, *, waited: bool) -> None:
+    """Say who confirmed the pause, or warn that no live worker is there to apply it."""
+    status = api.status(ctx.obj.app)
+    workers = result.workers if waited else status.workers
+    if not workers:
+        warning = ctx.obj.style("Warning:", fg="yellow", bold=True)
+        ctx.obj.error(
+            f"{warning} no live worker reports to {status.store}. The pause is "
+            "recorded: workers that start later start paused."
+        )
+    elif waited:
+        count = len(workers)
+        ctx.obj.echo(
+            f"Confirmed by {count} worker{'s' if count != 1 else ''}: nothing in scope is running."
+        )
+
+
+@pause.command(cls=CeleryCommand)
+@click.option(
+    "--json", "as_json", is_flag=True, help="One JSON document (schema 1, in the CLI reference)."
+)
+@click.option(
+    "--history", "with_history", is_flag=True,
+    help="Also show the recorded pauses and resumes, newest first.",
+)  # fmt: skip
+@click.pass_context
+def status(ctx: click.Context, as_json: bool, with_history: bool) -> None:
+    """Show the holds, every live worker and the queues."""
+    app: Celery = ctx.obj.app
+    with operator_errors(ctx):
+        view = overview(app, with_history=with_history)
+    if as_json:
+        click.echo(json.dumps(view.to_json(), indent=2))
+        return
+    lines = status_lines(view)
+    state = cluster_state(view.status.paused)
+    coloured = ctx.obj.style(state, fg=STATE_COLOURS.get(state, "yellow"), bold=True)
+    lines[0] = lines[0].replace(state, coloured, 1)
+    if view.history is not None:
+        lines.append(format_history(view.history))
+    for line in lines:
+        ctx.obj.echo(line)
+
+
+pause.add_command(serve)
+
+
+# -- resume -------------------------------------------------------------------------------------
+@click.command(cls=CeleryCommand, short_help="Resume the queues paused by hand.")
+@QUEUES_OPTION
+@click.option(
+    "--force", is_flag=True,
+    help="Remove every hold in scope, those of circuit breakers too.",
+)  # fmt: skip
+@click.pass_context
+def resume(ctx: click.Context, queues: list[str] | None, force: bool) -> None:
+    """Resume the queues paused by hand (every queue, or -Q queues).
+
+    Says whether the queues now flow, or what still holds them.
+    """
+    with operator_errors(ctx):
+        result = api.resume(ctx.obj.app, queues=queues, force=force)
+    for line in resume_lines(result, Scope.of(queues), force=force):
+        ctx.obj.echo(line)

@@ -1,0 +1,88 @@
+"""The CLI's option types and checks, each a thin wrapper of :mod:`celery_pause.validation`."""
+
+from __future__ import annotations
+
+import math
+from datetime import datetime, timedelta, timezone
+from typing import Any
+
+import click
+
+from ..errors import InvalidInput
+from ..validation import check_queues, parse_datetime, parse_duration
+from ..validation import check_reason as check_reason_text
+
+
+# ParamType is generic from click 8.2 on, a plain class before: no subscript here.
+class Duration(click.ParamType):  # type: ignore[type-arg]
+    """``90s``, ``30m``, ``2h``, ``1h30m`` or plain seconds."""
+
+    name = "duration"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        if isinstance(value, timedelta):
+            return value
+        try:
+            return parse_duration(str(value))
+        except InvalidInput as exc:
+            self.fail(str(exc), param, ctx)
+
+
+class DateTime(click.ParamType):  # type: ignore[type-arg]
+    """ISO 8601, local time without a zone; must lie ahead."""
+
+    name = "datetime"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        if isinstance(value, datetime):
+            return value
+        try:
+            moment = parse_datetime(str(value))
+        except InvalidInput as exc:
+            self.fail(str(exc), param, ctx)
+        if moment <= datetime.now(timezone.utc):
+            self.fail(f"{value!r} is in the past", param, ctx)
+        return moment
+
+
+class QueueList(click.ParamType):  # type: ignore[type-arg]
+    """Comma-separated queue names, none of them empty."""
+
+    name = "a,b"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        if isinstance(value, list):
+            return value
+        names = [name.strip() for name in str(value).split(",")]
+        if not all(names):
+            self.fail(f"empty queue name in {value!r}", param, ctx)
+        try:
+            return check_queues(names)
+        except InvalidInput as exc:
+            self.fail(str(exc), param, ctx)
+
+
+def check_reason(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    try:
+        return check_reason_text(value)
+    except InvalidInput as exc:
+        raise click.BadParameter(str(exc), ctx, param) from None
+
+
+def check_timeout(ctx: click.Context, param: click.Parameter, value: float) -> float:
+    if not math.isfinite(value):
+        raise click.BadParameter("must be a finite number of seconds", ctx, param)
+    return value
+
+
+def check_by(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    if value is not None and not value.strip():
+        raise click.BadParameter("must name who pauses, e.g. alice@ops", ctx, param)
+    return value.strip() if value else None
+
+
+QUEUES = QueueList()
+QUEUES_OPTION = click.option(
+    "-Q", "--queues", type=QUEUES, default=None, metavar="Q1,Q2",
+    help="Comma-separated queue names (default: every queue).",
+)  # fmt: skip

@@ -1,0 +1,205 @@
+"""What the operator reads on a terminal: status, pause and resume outcomes, progress.
+
+Pure functions of the API's results, so the CLI stays thin and every line is
+testable without a cluster.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+
+from ..formatting import format_duration, format_time
+from ..overview import Depths, Overview, cluster_state, since, worker_state
+from ..report import APPLIED, WorkerReport
+from ..results import ClusterStatus, PauseResult, ResumeResult
+from ..state import Hold, Scope
+
+
+# -- small pieces ------------------------------------------------------------------------
+def quoted(text: str) -> str:
+    """``text`` in double quotes, control characters escaped (safe on a terminal)."""
+    return json.dumps(text, ensure_ascii=False)
+
+
+def short_id(task_id: str) -> str:
+    return task_id[:8]
+
+
+def task_label(report: WorkerReport, index: int, *, full: bool = False) -> str:
+    task_id = report.running[index]
+    name = report.running_names[index] if index < len(report.running_names) else ""
+    shown = task_id if full else short_id(task_id)
+    return f"{name}[{shown}]" if name else shown
+
+
+def tasks_text(report: WorkerReport, *, full: bool = False, limit: int = 3) -> str:
+    labels = [task_label(report, i, full=full) for i in range(len(report.running))]
+    if len(labels) > limit:
+        labels = [*labels[:limit], f"and {len(labels) - limit} more"]
+    return ", ".join(labels)
+
+
+def hold_line(hold: Hold, now: float) -> str:
+    parts = ["hold", hold.source, "on " + hold.scope.describe()]
+    if hold.paused_by:
+        parts.append("by " + quoted(hold.paused_by).strip('"'))
+    if hold.reason:
+        parts.append(quoted(hold.reason))
+    if hold.resume_at is not None:
+        parts.append(f"auto-resume in {format_duration(hold.resume_at - now)}")
+    return "  ".join(parts)
+
+
+def auto_resume_text(resume_at: float | None, now: float) -> str:
+    if resume_at is None:
+        return "No auto-resume: it lasts until resumed."
+    return f"Auto-resume at {format_time(resume_at)} (in {format_duration(resume_at - now)})."
+
+
+# -- pause and resume ----------------------------------------------------------------------
+def pause_lines(result: PauseResult) -> list[str]:
+    """One or two lines saying what the pause does, and when it ends."""
+    hold = result.hold
+    if hold.scope.everything:
+        head = "Paused all queues: running tasks will finish, no new task will start."
+    else:
+        them = "it" if len(hold.scope.queues) == 1 else "them"
+        head = (
+            f"Paused {hold.scope.describe()}: running tasks from {them} will finish, "
+            f"no new task from {them} will start."
+        )
+    lines = [f"{head} {auto_resume_text(hold.resume_at, hold.paused_at)}"]
+    for old in result.replaced:
+        lines.append(f"Replaced the earlier {old.describe()}.")
+    return lines
+
+
+def resume_lines(result: ResumeResult, asked: Scope, *, force: bool) -> list[str]:
+    """What was lifted, and whether the queues asked for now flow or what still holds them."""
+    lines: list[str] = []
+    if result.removed:
+        removed = "; ".join(h.describe() for h in result.removed)
+        lines.append(f"Resumed {asked.describe()}: removed {removed}.")
+    if not result.remaining:
+        if not result.removed:
+            lines.append(f"Nothing to resume: {asked.describe()} already flow.")
+        else:
+            lines.append(f"{asked.describe().capitalize()} flow again.")
+        return lines
+    if not result.removed:
+        lines.append(f"No manual hold to remove on {asked.describe()}.")
+    lines.append("Still paused by:")
+    lines.extend("  " + hold.describe() for hold in result.remaining)
+    if not force and any(not h.manual for h in result.remaining):
+        lines.append("Holds not set by hand stay unless you resume with --force.")
+    if not asked.everything and any(h.scope.everything for h in result.remaining):
+        lines.append("A hold on all queues is lifted by a resume without -Q/--queues.")
+    return lines
+
+
+# -- --wait progress and timeout -------------------------------------------------------------
+def progress_lines(workers: Sequence[WorkerReport], generation: int) -> list[str]:
+    """Workers that confirmed the pause, and what the others still run."""
+    done = [w for w in workers if w.quiet_for(generation)]
+    running = sum(len(w.running) for w in workers)
+    lines = [
+        f"Waiting: {len(done)} of {len(workers)} workers confirmed, "
+        f"{running} task{'s' if running != 1 else ''} still running"
+    ]
+    for report in workers:
+        if report.quiet_for(generation):
+            continue
+        if report.status != APPLIED or report.generation < generation:
+            lines.append(f"  {report.hostname}  has not applied the pause yet")
+        else:
+            lines.append(
+                f"  {report.hostname}  finishing {len(report.running)}: {tasks_text(report)}"
+            )
+    return lines
+
+
+def timeout_lines(
+    timeout: float, busy: Mapping[str, Sequence[str]], last: Sequence[WorkerReport], hint: str
+) -> list[str]:
+    """Which workers did not confirm, with their task ids (and names when known)."""
+    reports = {w.hostname: w for w in last}
+    lines = [f"pause recorded but not confirmed within {timeout:g}s:"]
+    for host, task_ids in sorted(busy.items()):
+        report = reports.get(host)
+        if not task_ids:
+            lines.append(f"  {host} has not applied the pause")
+            continue
+        if report is not None and list(report.running) == list(task_ids):
+            labels = [task_label(report, i, full=True) for i in range(len(task_ids))]
+        else:
+            labels = list(task_ids)
+        lines.append(f"  {host} still runs {len(labels)}: {', '.join(labels)}")
+    lines.append(
+        "The pause stays in effect: those tasks finish, nothing new starts. "
+        f"Follow it with `{hint} pause status`."
+    )
+    return lines
+
+
+# -- status --------------------------------------------------------------------------------
+def status_lines(view: Overview) -> list[str]:
+    """``pause status`` as text: the state, holds, workers, queues and breakers."""
+    status, depths, breakers = view.status, view.depths, view.breakers
+    now = status.now
+    state = cluster_state(status.paused)
+    head = f"State: {state}"
+    if status.paused:
+        head += f" ({status.paused.describe()})"
+        began = since(status.holds)
+        if began is not None:
+            head += f" since {format_time(began)} ({format_duration(now - began)})"
+    lines = [head]
+    lines.extend("  " + hold_line(hold, now) for hold in status.holds)
+    lines.extend(workers_lines(status))
+    lines.append(queues_line(status, depths))
+    if breakers:
+        lines.append("Breakers:")
+        lines.extend("  " + breaker.describe() for breaker in breakers)
+    return lines
+
+
+def workers_lines(status: ClusterStatus) -> list[str]:
+    workers = status.workers
+    generation = status.state.generation
+    if not workers:
+        return [f"Workers: none live (reports in {status.store})"]
+    states = [worker_state(w, generation) for w in workers]
+    running = sum(len(w.running) for w in workers)
+    head = f"Workers: {len(workers)} live"
+    if status.paused:
+        head += f" ({states.count('paused')} paused, {running} running tasks in scope)"
+    lines = [head]
+    host_width = max(len(w.hostname) for w in workers)
+    state_width = max(len(s) for s in states)
+    for report, state in zip(workers, states, strict=True):
+        parts = [report.hostname.ljust(host_width), state.ljust(state_width)]
+        if report.status == APPLIED:
+            parts.append(f"applied gen {report.generation}")
+            parts.append(f"running {len(report.running)}")
+            if report.running:
+                parts[-1] += f" ({tasks_text(report)})"
+            if report.held:
+                parts.append(f"held {report.held}")
+        parts.append(f"seen {max(0.0, status.now - report.seen):.1f}s ago")
+        lines.append("  " + "  ".join(parts))
+    return lines
+
+
+def queues_line(status: ClusterStatus, depths: Depths) -> str:
+    if not depths:
+        return "Queues: none known"
+    parts = []
+    for name, waiting in sorted(depths.items()):
+        count = "?" if waiting is None else f"{waiting:,}"
+        mark = " (paused)" if status.paused.covers(name) and status.paused else ""
+        parts.append(f"{name} {count} waiting{mark}")
+    line = "Queues: " + "   ".join(parts)
+    if any(waiting is None for waiting in depths.values()):
+        line += "   (? = the broker cannot tell)"
+    return line

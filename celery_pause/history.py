@@ -1,0 +1,207 @@
+"""The pause history: every pause and resume, kept as a bounded log in the store.
+
+Each entry says what happened (``pause``, ``resume``), when (store time), to
+which queues, who did it, why, and the source of the hold (``manual`` or
+``breaker:<name>``). Holds that ran out (``resume_at`` passed) are not written
+by anyone: :func:`history` adds an ``expire`` entry for them when it reads.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from celery import Celery
+
+from .errors import InvalidInput, StoreError
+from .formatting import format_time
+from .settings import config_for
+from .state import Hold, Scope
+from .stores import store_for
+
+logger = logging.getLogger(__name__)
+
+HISTORY_LOG = "history"
+PAUSE = "pause"
+RESUME = "resume"
+EXPIRE = "expire"
+
+
+@dataclass(frozen=True)
+class HistoryEntry:
+    """One change of the pause state, as recorded in the store."""
+
+    action: str
+    at: float
+    queues: list[str] | None = None
+    source: str = "manual"
+    by: str | None = None
+    reason: str | None = None
+    generation: int | None = None
+    resume_at: float | None = None
+    holds: tuple[str, ...] = ()
+    ended: tuple[str, ...] = field(default=())
+    forced: bool = False
+
+    @property
+    def scope(self) -> Scope:
+        return Scope.of(self.queues)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "action": self.action,
+            "at": self.at,
+            "queues": self.queues,
+            "source": self.source,
+            "by": self.by,
+            "reason": self.reason,
+            "generation": self.generation,
+            "resume_at": self.resume_at,
+            "holds": list(self.holds),
+            "ended": list(self.ended),
+            "forced": self.forced,
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> HistoryEntry:
+        """Decode an entry; one that cannot be read says so in its reason."""
+        try:
+            queues = data.get("queues")
+            return cls(
+                action=str(data["action"]),
+                at=float(data["at"]),
+                queues=None if queues is None else [str(q) for q in queues],
+                source=str(data.get("source") or "manual"),
+                by=_opt_str(data.get("by")),
+                reason=_opt_str(data.get("reason")),
+                generation=None if data.get("generation") is None else int(data["generation"]),
+                resume_at=None if data.get("resume_at") is None else float(data["resume_at"]),
+                holds=tuple(str(h) for h in data.get("holds") or ()),
+                ended=tuple(str(h) for h in data.get("ended") or ()),
+                forced=bool(data.get("forced", False)),
+            )
+        except (KeyError, TypeError, ValueError) as exc:
+            detail = data.get("unreadable") or repr(exc)
+            return cls(action="unreadable", at=0.0, reason=f"unreadable entry: {detail}"[:200])
+
+    def describe(self) -> str:
+        """One line for a terminal."""
+        when = format_time(self.at) if self.at else "?"
+        parts = [f"{when}  {self.action:<7} {self.source:<10} {self.scope.describe()}"]
+        if self.by:
+            parts.append(f"by {self.by}")
+        if self.reason:
+            parts.append(f"{self.reason!r}")
+        if self.forced:
+            parts.append("(forced)")
+        if self.resume_at is not None and self.action == PAUSE:
+            parts.append(f"auto-resume {format_time(self.resume_at)}")
+        if self.generation is not None:
+            parts.append(f"gen {self.generation}")
+        return "  ".join(parts)
+
+
+def pause_entry(hold: Hold, generation: int, replaced: Iterable[Hold]) -> HistoryEntry:
+    """The entry for ``hold`` placed at ``generation``, replacing ``replaced``."""
+    ended = tuple(h.id for h in replaced)
+    return HistoryEntry(
+        action=PAUSE,
+        at=hold.paused_at,
+        queues=hold.scope.names(),
+        source=hold.source,
+        by=hold.paused_by,
+        reason=hold.reason,
+        generation=generation,
+        resume_at=hold.resume_at,
+        holds=(hold.id,),
+        ended=ended,
+        forced=bool(ended),
+    )
+
+
+def resume_entry(
+    *,
+    at: float,
+    scope: Scope,
+    by: str | None,
+    generation: int,
+    removed: Iterable[Hold],
+    kept: Iterable[Hold],
+    forced: bool,
+) -> HistoryEntry:
+    """The entry for a resume of ``scope`` that lifted ``removed`` (wholly or in part);
+    ``kept`` are the holds still in the state afterwards."""
+    removed = tuple(removed)
+    still = {h.id for h in kept}
+    sources = sorted({h.source for h in removed}) or ["manual"]
+    return HistoryEntry(
+        action=RESUME,
+        at=at,
+        queues=scope.names(),
+        source=",".join(sources),
+        by=by,
+        generation=generation,
+        holds=tuple(h.id for h in removed),
+        ended=tuple(h.id for h in removed if h.id not in still),
+        forced=forced,
+    )
+
+
+def record(app: Celery, entry: HistoryEntry) -> bool:
+    """Append ``entry`` to the history; log and carry on if that fails.
+
+    The change it describes has already happened, so a failure here must not
+    turn it into an error for the caller.
+    """
+    try:
+        store_for(app).append_log(HISTORY_LOG, entry.to_json(), keep=config_for(app).history_size)
+    except (StoreError, InvalidInput, NotImplementedError) as exc:
+        logger.warning("celery-pause: could not record %s in the history: %s", entry.action, exc)
+        return False
+    return True
+
+
+def history(app: Celery, limit: int | None = None) -> list[HistoryEntry]:
+    """The newest ``limit`` changes (all kept ones by default), newest first.
+
+    Includes an ``expire`` entry for each hold whose ``resume_at`` passed while
+    it was still in place.
+    """
+    store = store_for(app)
+    entries = [HistoryEntry.from_json(raw) for raw in store.read_log(HISTORY_LOG)]
+    entries = sorted(entries + expiries(entries, store.now()), key=lambda e: -e.at)
+    return entries if limit is None else entries[:limit]
+
+
+def expiries(entries: Sequence[HistoryEntry], now: float) -> list[HistoryEntry]:
+    """``expire`` entries for pauses that ran out before any resume ended them."""
+    ended = {hold for entry in entries for hold in entry.ended}
+    return [
+        HistoryEntry(
+            action=EXPIRE,
+            at=entry.resume_at,
+            queues=entry.queues,
+            source=entry.source,
+            reason=entry.reason,
+            holds=entry.holds,
+            ended=entry.holds,
+        )
+        for entry in entries
+        if entry.action == PAUSE
+        and entry.resume_at is not None
+        and entry.resume_at <= now
+        and not ended.intersection(entry.holds)
+    ]
+
+
+def format_history(entries: Sequence[HistoryEntry]) -> str:
+    """The history as lines for a terminal, newest first (``pause status --history``)."""
+    if not entries:
+        return "History: nothing recorded yet"
+    return "\n".join(["History (newest first):", *("  " + e.describe() for e in entries)])
+
+
+def _opt_str(value: Any) -> str | None:
+    return None if value is None else str(value)

@@ -1,0 +1,125 @@
+"""Prometheus metrics of one worker's pause (needs ``pip install 'celery-pause[metrics]'``).
+
+Every value is read from the worker at scrape time. Labels are bounded: queue
+names the worker consumes, hold sources (``manual``, ``unreadable``,
+``breaker:<name>``), breaker names, and fixed words; never task ids or reasons.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from types import ModuleType
+from typing import Any
+
+from ..errors import ConfigurationError
+from ..view import Observed
+
+INSTALL_HINT = "pip install 'celery-pause[metrics]'"
+
+
+def require_prometheus() -> ModuleType:
+    """``prometheus_client``, or a :class:`ConfigurationError` with the install hint."""
+    try:
+        import prometheus_client
+    except ImportError:
+        raise ConfigurationError(
+            f"celery-pause metrics need prometheus_client: {INSTALL_HINT}"
+        ) from None
+    return prometheus_client
+
+
+class PauseCollector:
+    """A Prometheus collector reading a worker's monitor."""
+
+    def __init__(self, monitor: Observed) -> None:
+        require_prometheus()
+        self.monitor = monitor
+
+    def describe(self) -> list[Any]:
+        return []
+
+    def collect(self) -> Iterator[Any]:
+        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+        view = self.monitor.view()
+        queue_paused = GaugeMetricFamily(
+            "celery_pause_queue_paused",
+            "1 while the worker holds the tasks of a queue it consumes, else 0.",
+            labels=["queue"],
+        )
+        for queue in view.consumed:
+            queue_paused.add_metric([queue], 1.0 if view.scope.covers(queue) else 0.0)
+        yield queue_paused
+
+        yield GaugeMetricFamily(
+            "celery_pause_paused",
+            "1 while any queue the worker consumes is paused, else 0.",
+            value=1.0 if view.paused else 0.0,
+        )
+        yield GaugeMetricFamily(
+            "celery_pause_paused_seconds",
+            "Seconds since the pause the worker applies began (0 while running).",
+            value=view.paused_seconds,
+        )
+
+        holds = GaugeMetricFamily(
+            "celery_pause_holds", "Live holds in the cluster, by source.", labels=["source"]
+        )
+        by_source: dict[str, int] = {}
+        for hold in view.holds:
+            by_source[hold.source] = by_source.get(hold.source, 0) + 1
+        for source, count in sorted(by_source.items()):
+            holds.add_metric([source], float(count))
+        yield holds
+
+        transitions = CounterMetricFamily(
+            "celery_pause_transitions",
+            "Changes of the paused scope applied by the worker, to paused or to running.",
+            labels=["to"],
+        )
+        transitions.add_metric(["paused"], float(view.transitions["pause"]))
+        transitions.add_metric(["running"], float(view.transitions["resume"]))
+        yield transitions
+
+        gate = CounterMetricFamily(
+            "celery_pause_gate_tasks",
+            "Task messages the gate held, released to the pool, or returned to the broker.",
+            labels=["outcome"],
+        )
+        gate.add_metric(["held"], float(view.counters.held))
+        gate.add_metric(["released"], float(view.counters.released))
+        gate.add_metric(["returned"], float(view.counters.returned))
+        yield gate
+        yield GaugeMetricFamily(
+            "celery_pause_gate_holding",
+            "Task messages the gate holds right now.",
+            value=float(view.held),
+        )
+
+        breakers = GaugeMetricFamily(
+            "celery_pause_breaker_open",
+            "1 while a circuit breaker's hold is in place, 0 once it closed.",
+            labels=["breaker"],
+        )
+        for name, is_open in view.breakers.items():
+            breakers.add_metric([name], 1.0 if is_open else 0.0)
+        yield breakers
+
+        yield GaugeMetricFamily(
+            "celery_pause_generation",
+            "Generation of the pause state the worker applied (-1 before the first).",
+            value=float(view.generation),
+        )
+        yield GaugeMetricFamily(
+            "celery_pause_store_up",
+            "1 if the worker's last read of the pause store succeeded, else 0.",
+            value=1.0 if view.store_ok else 0.0,
+        )
+
+
+def render(monitor: Observed) -> tuple[bytes, str]:
+    """The worker's metrics in the Prometheus text format, and its content type."""
+    prometheus_client = require_prometheus()
+    registry = prometheus_client.CollectorRegistry(auto_describe=False)
+    registry.register(PauseCollector(monitor))
+    return prometheus_client.generate_latest(registry), prometheus_client.CONTENT_TYPE_LATEST

@@ -1,0 +1,135 @@
+"""Every check of caller input: queue names, reasons, operators, durations and date-times.
+
+The Python API, the CLI and the admin API all check through these, so a value is
+accepted or refused the same way wherever it comes from.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import re
+from collections.abc import Callable, Iterable
+from datetime import datetime, timedelta
+
+from .errors import InvalidInput
+
+UNITS = {"d": 86400, "h": 3600, "m": 60, "s": 1}
+DURATION = re.compile(r"(\d+(?:\.\d+)?)([dhms])")
+MAX_DURATION = timedelta(days=366)
+MAX_QUEUES = 100
+MAX_QUEUE_NAME = 200
+MAX_REASON = 1000
+MAX_OPERATOR = 200
+
+
+def parse_duration(text: str) -> timedelta:
+    """``90s``, ``30m``, ``2h``, ``1h30m``, ``1d`` or plain seconds (``45``, ``2.5``)."""
+    value = text.strip().lower()
+    try:
+        seconds = float(value)
+    except ValueError:
+        parts = DURATION.findall(value)
+        if not parts or "".join(n + u for n, u in parts) != value:
+            raise InvalidInput(
+                f"not a duration: {text[:40]!r} (use e.g. 90s, 30m, 2h, 1h30m or seconds)"
+            ) from None
+        seconds = sum(float(number) * UNITS[unit] for number, unit in parts)
+    duration = timedelta(seconds=seconds) if 0 < seconds <= MAX_DURATION.total_seconds() else None
+    if not duration:  # out of range, NaN, or too small to count (under a microsecond)
+        raise InvalidInput(f"duration must be positive and at most 366 days: {text[:40]!r}")
+    return duration
+
+
+def parse_datetime(text: str) -> datetime:
+    """ISO 8601; without a zone it is the local time of this machine."""
+    value = text.strip()
+    if value.endswith(("Z", "z")):
+        value = value[:-1] + "+00:00"
+    try:
+        moment = datetime.fromisoformat(value)
+    except ValueError:
+        raise InvalidInput(
+            f"not an ISO 8601 date-time: {text[:40]!r} (e.g. 2026-01-28T14:00 or …T14:00Z)"
+        ) from None
+    if moment.tzinfo:
+        return moment
+    try:
+        return moment.astimezone()
+    except (OverflowError, ValueError, OSError):
+        raise InvalidInput(f"date-time out of range: {text[:40]!r} (add a zone, e.g. …Z)") from None
+
+
+def check_queues(queues: Iterable[str] | str | None) -> list[str] | None:
+    if queues is None:
+        return None
+    names = [queues] if isinstance(queues, str) else list(itertools.islice(queues, MAX_QUEUES + 1))
+    if not names:
+        raise InvalidInput("queues must name at least one queue (or be None for all)")
+    if len(names) > MAX_QUEUES:
+        raise InvalidInput(f"at most {MAX_QUEUES} queues at once, got more than that")
+    for name in names:
+        if not isinstance(name, str) or not name.strip():
+            raise InvalidInput(f"queue names must be non-empty strings, got {name!r}")
+        if len(name) > MAX_QUEUE_NAME:
+            raise InvalidInput(f"queue name longer than {MAX_QUEUE_NAME} characters")
+    return [name.strip() for name in names]
+
+
+def check_reason(reason: str | None) -> str | None:
+    if reason is not None and not isinstance(reason, str):
+        raise InvalidInput(f"reason must be a string, got {type(reason).__name__}")
+    if reason is not None and len(reason) > MAX_REASON:
+        raise InvalidInput(f"reason longer than {MAX_REASON} characters ({len(reason)})")
+    return reason
+
+
+def check_operator(paused_by: str | None) -> str | None:
+    if paused_by is not None and not isinstance(paused_by, str):
+        raise InvalidInput(f"paused_by must be a string, got {type(paused_by).__name__}")
+    if paused_by is not None and len(paused_by) > MAX_OPERATOR:
+        raise InvalidInput(f"paused_by longer than {MAX_OPERATOR} characters ({len(paused_by)})")
+    return paused_by
+
+
+def check_resume(
+    resume_after: timedelta | float | None, resume_at: datetime | float | None
+) -> Callable[[float], float | None]:
+    """From store time ``now``, the auto-resume time (or ``None``)."""
+    if resume_after is not None and resume_at is not None:
+        raise InvalidInput("give resume_after or resume_at, not both")
+    if resume_after is not None:
+        seconds = (
+            resume_after.total_seconds()
+            if isinstance(resume_after, timedelta)
+            else _seconds(resume_after, "resume_after")
+        )
+        if not (seconds > 0 and math.isfinite(seconds)):
+            raise InvalidInput(f"resume_after must be positive and finite, got {resume_after!r}")
+        return lambda now: now + seconds
+    if resume_at is not None:
+        at = (
+            _timestamp(resume_at)
+            if isinstance(resume_at, datetime)
+            else _seconds(resume_at, "resume_at")
+        )
+        if not math.isfinite(at):
+            raise InvalidInput(f"resume_at must be a finite time, got {resume_at!r}")
+        return lambda now: at
+    return lambda now: None
+
+
+def _timestamp(moment: datetime) -> float:
+    try:
+        return moment.timestamp()
+    except (OverflowError, ValueError, OSError):
+        raise InvalidInput(f"resume_at is out of range: {moment!r}") from None
+
+
+def _seconds(value: object, name: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise InvalidInput(f"{name} must be a number of seconds, got {type(value).__name__}")
+    try:
+        return float(value)
+    except OverflowError:
+        raise InvalidInput(f"{name} is out of range") from None

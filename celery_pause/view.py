@@ -1,0 +1,99 @@
+"""What one worker knows about its pause: a picture the probes, metrics and warnings read."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from .state import BREAKER_PREFIX, Hold, Scope
+
+
+@dataclass
+class GateCounters:
+    """What the gate did, for metrics."""
+
+    held: int = 0
+    released: int = 0
+    returned: int = 0
+
+
+@dataclass(frozen=True)
+class WorkerView:
+    """A consistent picture of one worker's pause, taken at ``now`` (local clock)."""
+
+    hostname: str
+    now: float
+    connected: bool
+    applied: bool
+    generation: int
+    scope: Scope
+    consumed: tuple[str, ...]
+    holds: tuple[Hold, ...]
+    since: float | None
+    held: int
+    counters: GateCounters
+    transitions: dict[str, int]
+    breakers: dict[str, bool]
+    store_ok: bool
+    loop_idle: float
+    busy: bool
+
+    @property
+    def paused_queues(self) -> tuple[str, ...]:
+        """The queues this worker consumes and holds now."""
+        return tuple(q for q in self.consumed if self.scope.covers(q))
+
+    @property
+    def paused(self) -> bool:
+        """Whether any queue this worker consumes is paused."""
+        return bool(self.paused_queues) or (not self.consumed and bool(self.scope))
+
+    @property
+    def fully_paused(self) -> bool:
+        """Whether this worker starts no task at all."""
+        if not self.consumed:
+            return self.scope.everything
+        return len(self.paused_queues) == len(self.consumed)
+
+    @property
+    def paused_seconds(self) -> float:
+        return max(0.0, self.now - self.since) if self.paused and self.since else 0.0
+
+    def hold_summary(self) -> tuple[str, str]:
+        """``(reason, paused_by)`` of the holds that pause this worker, joined."""
+        holds = self.relevant_holds()
+        reasons = _unique(h.reason for h in holds) or (
+            "the pause state could not be read; holding every queue" if self.paused else ""
+        )
+        return reasons, _unique(h.paused_by for h in holds)
+
+    def relevant_holds(self) -> tuple[Hold, ...]:
+        """The live holds that cover a queue this worker consumes."""
+        return tuple(
+            h
+            for h in self.holds
+            if not self.consumed or any(h.scope.covers(q) for q in self.consumed)
+        )
+
+
+class Observed(Protocol):
+    """A worker's monitor, as the HTTP endpoint sees it."""
+
+    def view(self) -> WorkerView:
+        """What the worker's pause looks like now."""
+
+    def liveness(self) -> tuple[bool, str]:
+        """Whether the worker is alive (paused or not), and why not."""
+
+
+def breakers_in(holds: tuple[Hold, ...]) -> set[str]:
+    """Names of the circuit breakers that own any of ``holds``."""
+    return {h.source[len(BREAKER_PREFIX) :] for h in holds if h.source.startswith(BREAKER_PREFIX)}
+
+
+def _unique(values: Any) -> str:
+    seen: list[str] = []
+    for value in values:
+        if value and value not in seen:
+            seen.append(value)
+    return "; ".join(seen)

@@ -1,0 +1,236 @@
+"""The consumer bootstep that applies the pause state, and owns what is applied.
+
+It wraps the consumer's task handler in the :class:`~.gate.Gate`, cancels and
+re-adds the consumers of paused queues, and hands held requests on at resume.
+The store thread (:mod:`.sync`) reads and reports; every change it reads is
+applied here, on the consumer loop.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import replace
+from typing import Any
+
+from celery import bootsteps
+from celery.worker.consumer import Consumer
+from celery.worker.consumer.tasks import Tasks
+
+from .. import (
+    control,  # noqa: F401  (registers the pause_refresh command)
+    signals,
+)
+from ..errors import ConfigurationError
+from ..routing import QueueResolver
+from ..settings import config_for
+from ..state import EVERYTHING, NOTHING, Hold, Scope
+from ..stores import Snapshot, store_for
+from ..view import GateCounters
+from .gate import Gate
+from .sync import StoreSync
+
+logger = logging.getLogger(__name__)
+
+
+Applied = tuple[int, Scope]
+"""A generation of the pause state and the scope it pauses."""
+
+
+class ApplyStep(bootsteps.StartStopStep):
+    """Holds every task of a paused scope before it reaches the pool."""
+
+    label = "celery-pause-apply"
+    # A class, not a name: Celery resolves names only for the steps it was given.
+    requires = (Tasks,)
+
+    def __init__(self, c: Consumer, **kwargs: Any) -> None:
+        super().__init__(c, **kwargs)
+        refuse_inexact_pool(c)
+        self.config = config_for(c.app)
+        self.store = store_for(c.app)
+        self.consumer = c
+        self.consumed: list[str] | None = None
+        self.gate = Gate(c.on_task_request, QueueResolver(c.app))
+        c.on_task_request = self.gate
+        c.celery_pause = self
+        self.applied: Applied | None = None
+        """The generation and scope this worker applies; ``None`` before the first."""
+        self.holds: tuple[Hold, ...] = ()
+        self.latest: Applied | None = None
+        self.breakers: tuple[str, ...] = ()
+        """Circuit breakers whose agent runs on this worker (set by the breaker step)."""
+        self.sync = StoreSync(
+            store=self.store,
+            config=self.config,
+            hostname=c.hostname,
+            gate=self.gate,
+            applied=lambda: self.applied,
+            breakers=lambda: self.breakers,
+            deliver=self._deliver,
+            return_expired=self._schedule_return,
+        )
+        self._return_scheduled = False
+
+    # -- what other parts of the worker ask ------------------------------------------------
+    def refresh(self) -> None:
+        """Re-read the state from the store now (the ``pause_refresh`` command)."""
+        self.sync.refresh()
+
+    def serve_breakers(self, names: list[str]) -> None:
+        """Report that this worker runs the agents of the breakers ``names``."""
+        self.breakers = tuple(names)
+        self.sync.publish_now()
+
+    @property
+    def store_ok(self) -> bool:
+        """Whether the last read of the store worked."""
+        return self.sync.store_ok
+
+    @property
+    def counters(self) -> GateCounters:
+        """A copy of what the gate did so far."""
+        return replace(self.gate.counters)
+
+    def start(self, c: Consumer) -> None:
+        self.consumer = c
+        if self.consumed is None:
+            self.consumed = list(c.app.amqp.queues.consume_from)
+            generation, scope = self._initial_state()
+        else:
+            generation, scope = self.applied or (-1, self.gate.scope)
+        # Before the first consume (and again after a reconnect): nothing runs
+        # yet, so the consumers can be set to match the gate safely.
+        self.apply(generation, scope)
+        if not self.sync.is_alive():
+            self.sync.start()
+        else:
+            self.sync.refresh()
+
+    def _initial_state(self) -> tuple[int, Scope]:
+        """The state to start under; every queue held if the store cannot be read."""
+        snapshot = self.sync.read_once()
+        if snapshot is None:
+            logger.error(
+                "celery-pause: cannot read the pause state from %s; "
+                "holding every queue until it can",
+                self.store.display_url,
+            )
+            return -1, EVERYTHING
+        self.holds = snapshot.state.live_holds(snapshot.now)
+        return snapshot.state.generation, snapshot.state.paused(snapshot.now)
+
+    def stop(self, c: Consumer) -> None:
+        # Connection lost or worker stopping: hand held messages back while we can;
+        # on a dead channel the broker redelivers them anyway.
+        returned = self.gate.return_all()
+        if returned:
+            logger.info("celery-pause: returned %d held task(s) to the broker", returned)
+
+    def shutdown(self, c: Consumer) -> None:
+        self.stop(c)
+        self.sync.stop()
+        try:
+            self.store.remove_worker(c.hostname)
+        except Exception as exc:
+            logger.warning("celery-pause: could not deregister %s: %s", c.hostname, exc)
+
+    # -- state changes ----------------------------------------------------------------
+    def _deliver(self, snapshot: Snapshot) -> None:
+        """From the sync thread: close the gate at once, apply the rest on the loop."""
+        latest = (snapshot.state.generation, snapshot.state.paused(snapshot.now))
+        if self.applied == latest:
+            return
+        self.holds = snapshot.state.live_holds(snapshot.now)
+        self.latest = latest
+        if latest[1]:
+            self.gate.scope = self.gate.scope | latest[1]
+        self.consumer.call_soon(self._apply_latest)
+
+    def _apply_latest(self) -> None:
+        # Apply the newest state delivered, not the one this callback was queued for:
+        # callbacks queued by earlier reads must not reopen what a later read closed.
+        if self.latest is not None and self.latest != self.applied:
+            self.apply(*self.latest)
+
+    def apply(self, generation: int, scope: Scope) -> None:
+        """On the consumer loop: match consumers, gate and held tasks to ``scope``."""
+        c = self.consumer
+        previous = self.applied[1] if self.applied else NOTHING
+        self.gate.scope = scope
+        if c.task_consumer is not None:
+            # A queue listed but not consumed yet (in start(), before the loop's first
+            # consume): cancel it if paused, so that first consume fetches nothing to
+            # hold; otherwise leave it to that consume. Consuming from here would let
+            # deliveries reach the consumer before the loop has set its callback.
+            listed = {queue.name for queue in c.task_consumer.queues}
+            for name in self.consumed or ():
+                if scope.covers(name):
+                    if name in listed:
+                        c.cancel_task_queue(name)
+                elif name not in listed:
+                    c.add_task_queue(name)
+        semaphore = getattr(c.controller, "semaphore", None)
+        if semaphore is not None:
+            self.gate.take_waiters(semaphore)
+        self.gate.release()
+        self.applied = (generation, scope)
+        self.sync.publish_now()
+        if scope != previous:
+            self._announce(generation, scope, previous)
+
+    def _announce(self, generation: int, scope: Scope, previous: Scope) -> None:
+        by = "; ".join(hold.describe() for hold in self.holds) or "no hold"
+        if scope:
+            logger.warning(
+                "celery-pause: generation %d: paused %s (%s)", generation, scope.describe(), by
+            )
+        else:
+            logger.warning("celery-pause: generation %d: resumed all queues", generation)
+        signal = signals.worker_paused if scope else signals.worker_resumed
+        for receiver, result in signal.send_robust(
+            sender=self.consumer,
+            generation=generation,
+            scope=scope,
+            previous=previous,
+            holds=self.holds,
+        ):
+            if isinstance(result, Exception):
+                logger.error("celery-pause: %r failed on %s: %r", receiver, signal.name, result)
+
+    def _schedule_return(self) -> None:
+        """From the sync thread: return expired held tasks on the loop, once."""
+        if not self._return_scheduled:
+            self._return_scheduled = True
+            self.consumer.call_soon(self._return_expired)
+
+    def _return_expired(self) -> None:
+        self._return_scheduled = False
+        returned = self.gate.return_expired(self.config.max_hold)
+        if returned:
+            logger.info(
+                "celery-pause: returned %d task(s) held over %gs to the broker",
+                returned,
+                self.config.max_hold,
+            )
+
+
+def refuse_inexact_pool(c: Consumer) -> None:
+    """Refuse pools where prefetched tasks reach the pool before the gate can hold them."""
+    controller = c.controller
+    if (
+        getattr(c.pool, "uses_semaphore", False)
+        and getattr(controller, "pool_putlocks", False)
+        and getattr(controller, "semaphore", None) is not None
+    ):
+        return  # prefork with putlocks: requests wait for a slot in the gate's reach
+    if type(c.pool).__module__ == "celery.concurrency.solo":
+        return  # one task at a time in the consumer thread: the gate sees each one
+    if type(c.pool).__module__ == "celery.concurrency.prefork" and c.pool.putlocks:
+        # No event loop (e.g. the filesystem transport): billiard blocks the consumer
+        # thread until a process is free, so prefetched tasks still wait before the gate.
+        return
+    raise ConfigurationError(
+        f"celery-pause cannot hold tasks on the {type(c.pool).__module__} pool: it hands "
+        "prefetched tasks to the pool at once, where they can no longer be held. "
+        "Use the prefork pool (with worker_pool_putlocks on, the default) or solo."
+    )

@@ -1,0 +1,207 @@
+"""What one worker knows about its pause, for probes, metrics, events and warnings.
+
+:class:`MonitorStep` comes along with :class:`~celery_pause.PauseStep`. It
+listens to the :mod:`~celery_pause.signals` the apply step sends, turns each
+change into a Celery event (``worker-paused`` / ``worker-resumed``), counts
+transitions, and warns at a bounded rate while a pause lasts longer than
+``pause_warn_after``. Its :class:`~celery_pause.view.WorkerView` is what the
+HTTP endpoint serves.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from celery import bootsteps
+from celery.worker import state as worker_state
+from celery.worker.consumer import Consumer
+from celery.worker.consumer.events import Events
+
+from .. import signals
+from ..formatting import format_duration, format_time
+from ..settings import PauseConfig, config_for
+from ..state import NOTHING, Hold, Scope
+from ..view import GateCounters, WorkerView, breakers_in
+from .apply import ApplyStep
+
+logger = logging.getLogger(__name__)
+
+TICK = 1.0
+"""Seconds between checks on the consumer loop (liveness, long-pause warnings)."""
+PAUSED_EVENT = "worker-paused"
+RESUMED_EVENT = "worker-resumed"
+
+
+@dataclass(eq=False)
+class Monitor:
+    """Follows one worker's pause: fed by the pause signals and a timer on the loop."""
+
+    consumer: Consumer
+    config: PauseConfig
+    connected: bool = False
+    stopped: bool = False
+    transitions: dict[str, int] = field(default_factory=lambda: {"pause": 0, "resume": 0})
+    paused_at: float | None = None
+    last_tick: float = field(default_factory=time.monotonic)
+    warned_at: float | None = None
+    breakers_seen: set[str] = field(default_factory=set)
+
+    def __post_init__(self) -> None:
+        self._lock = threading.Lock()
+        signals.worker_paused.connect(self.on_change, weak=False)
+        signals.worker_resumed.connect(self.on_change, weak=False)
+
+    @property
+    def step(self) -> ApplyStep | None:
+        return getattr(self.consumer, "celery_pause", None)
+
+    def close(self) -> None:
+        signals.worker_paused.disconnect(self.on_change)
+        signals.worker_resumed.disconnect(self.on_change)
+
+    # -- on the consumer loop -----------------------------------------------------------
+    def on_change(
+        self,
+        sender: Any = None,
+        *,
+        generation: int,
+        scope: Scope,
+        previous: Scope,
+        holds: tuple[Hold, ...],
+        **kwargs: Any,
+    ) -> None:
+        """A pause signal: count it, remember when, send the Celery event."""
+        if sender is not self.consumer:
+            return
+        paused = bool(scope)
+        with self._lock:
+            self.transitions["pause" if paused else "resume"] += 1
+            if paused and not previous:
+                self.paused_at = time.time()
+            elif not paused:
+                self.paused_at = None
+                self.warned_at = None
+            self.breakers_seen.update(breakers_in(holds))
+        self.send_event(
+            PAUSED_EVENT if paused else RESUMED_EVENT,
+            pause_generation=generation,
+            paused_queues=scope.names() if paused else [],
+            previous_paused_queues=previous.names() if previous else [],
+            pause_holds=[hold.to_json() for hold in holds],
+        )
+
+    def send_event(self, type_: str, **fields: Any) -> None:
+        """Send a custom Celery event, if this worker sends events."""
+        dispatcher = getattr(self.consumer, "event_dispatcher", None)
+        if dispatcher is None or not dispatcher.enabled:
+            return
+        try:
+            dispatcher.send(type_, **fields)
+        except Exception as exc:
+            logger.warning("celery-pause: could not send the %s event: %r", type_, exc)
+
+    def tick(self) -> None:
+        """Every second on the loop: prove it runs, and warn about a long pause."""
+        self.last_tick = time.monotonic()
+        warn_after = self.config.warn_after
+        step = self.step
+        if warn_after is None or step is None or not step.gate.scope:
+            return  # nothing is held: nothing to warn about
+        view = self.view()
+        if not view.paused or view.paused_seconds < warn_after:
+            return
+        if self.warned_at is not None and self.last_tick - self.warned_at < self.config.warn_every:
+            return
+        self.warned_at = self.last_tick
+        reason, by = view.hold_summary()
+        logger.warning(
+            "celery-pause: %s paused for %s (since %s, by %s, reason: %s); "
+            "resume when it is over: celery -A %s resume",
+            ", ".join(view.paused_queues) or view.scope.describe(),
+            format_duration(view.paused_seconds),
+            format_time(view.since or view.now),
+            by or "unknown",
+            reason or "none given",
+            self.consumer.app.main or "proj",
+        )
+
+    # -- from any thread ----------------------------------------------------------------
+    def view(self) -> WorkerView:
+        """What the worker's pause looks like now."""
+        now = time.time()
+        step = self.step
+        applied = step.applied if step is not None else None
+        generation, scope = applied if applied is not None else (-1, NOTHING)
+        holds = tuple(h for h in step.holds if h.live(now)) if step is not None else ()
+        consumed = tuple(step.consumed or ()) if step is not None else ()
+        with self._lock:
+            transitions = dict(self.transitions)
+            paused_at = self.paused_at
+            seen = set(self.breakers_seen)
+        open_breakers = breakers_in(holds)
+        view = WorkerView(
+            hostname=self.consumer.hostname,
+            now=now,
+            connected=self.connected and not self.stopped,
+            applied=applied is not None,
+            generation=generation,
+            scope=scope,
+            consumed=consumed,
+            holds=holds,
+            since=None,
+            held=len(step.gate.held) if step is not None else 0,
+            counters=step.counters if step is not None else GateCounters(),
+            transitions=transitions,
+            breakers={name: name in open_breakers for name in sorted(seen | open_breakers)},
+            store_ok=step.store_ok if step is not None else False,
+            loop_idle=time.monotonic() - self.last_tick,
+            busy=bool(worker_state.active_requests),
+        )
+        starts = [h.paused_at for h in view.relevant_holds() if h.paused_at]
+        since = min(starts) if starts else paused_at
+        return replace(view, since=since if view.paused else None)
+
+    def liveness(self) -> tuple[bool, str]:
+        """Whether the worker is alive (paused or not), and why not."""
+        if self.stopped:
+            return False, "the worker is shutting down"
+        idle = time.monotonic() - self.last_tick
+        stalled = self.connected and idle > self.config.health_stall_after
+        if stalled and not worker_state.active_requests:
+            return False, f"the consumer loop has not run for {idle:.0f}s"
+        return True, ""
+
+
+class MonitorStep(bootsteps.StartStopStep):
+    """Events and long-pause warnings for the apply step; the picture the probes serve."""
+
+    label = "celery-pause-monitor"
+    # A class, not a name: Celery resolves names only for the steps it was given.
+    requires = (Events,)
+
+    def __init__(self, c: Consumer, **kwargs: Any) -> None:
+        super().__init__(c, **kwargs)
+        self.config = config_for(c.app)
+        self.monitor = Monitor(consumer=c, config=self.config)
+        c.celery_pause_monitor = self.monitor
+        self._tick: Any = None
+
+    def start(self, c: Consumer) -> None:
+        self.monitor.connected = True
+        self.monitor.tick()
+        self._tick = c.timer.call_repeatedly(TICK, self.monitor.tick)
+
+    def stop(self, c: Consumer) -> None:
+        self.monitor.connected = False
+        if self._tick is not None:
+            c.timer.cancel(self._tick)
+            self._tick = None
+
+    def shutdown(self, c: Consumer) -> None:
+        self.stop(c)
+        self.monitor.stopped = True
+        self.monitor.close()

@@ -1,0 +1,344 @@
+"""Real worker subprocesses, and polling with a deadline, for the behaviour tests."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager, suppress
+from pathlib import Path
+from typing import Any, TypeVar
+
+import psutil
+import redis
+from celery import Celery
+
+import celery_pause
+
+from .proj import RECORD_TASK, RECORDS_URL, make_app
+
+REDIS_BROKER = "redis://127.0.0.1:6379/14"
+AMQP_BROKER = "amqp://guest:guest@127.0.0.1:5672//"
+REDIS_STORE = "redis://127.0.0.1:6379/14"
+ROOT = Path(__file__).resolve().parent.parent
+
+T = TypeVar("T")
+
+
+def answers(host: str, port: int) -> bool:
+    with suppress(OSError), socket.create_connection((host, port), timeout=1):
+        return True
+    return False
+
+
+def wait_for(probe: Callable[[], T], *, timeout: float, what: str, interval: float = 0.02) -> T:
+    """Poll ``probe`` until it returns something truthy; fail after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = probe()
+        if value:
+            return value
+        if time.monotonic() >= deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        time.sleep(interval)
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@contextmanager
+def redis_server(port: int, password: str) -> Iterator[None]:
+    """A private, throw-away redis-server on ``port`` for as long as the block runs."""
+    server = subprocess.Popen(
+        [
+            shutil.which("redis-server") or "redis-server",
+            "--bind",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--requirepass",
+            password,
+        ],
+        stdout=subprocess.DEVNULL,
+    )
+    try:
+        wait_for(lambda: answers("127.0.0.1", port), timeout=10, what="redis-server to start")
+        yield
+    finally:
+        server.terminate()
+        server.wait(10)
+
+
+class Worker:
+    """A real ``celery worker`` subprocess (prefork unless told otherwise)."""
+
+    def __init__(
+        self,
+        cluster: Cluster,
+        name: str,
+        args: list[str],
+        env: dict[str, str],
+        prefix: Sequence[str] = (),
+    ) -> None:
+        self.cluster = cluster
+        self.prefix = list(prefix)  # a command the worker runs under (the benchmark's valgrind)
+        self.name = name
+        self.hostname = f"{name}@{cluster.namespace}"
+        self.log = cluster.tmp / f"{name}.log"
+        self._args = args
+        self._env = env
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> Worker:
+        with open(self.log, "ab") as log:
+            self.proc = subprocess.Popen(
+                [
+                    *self.prefix,
+                    sys.executable,
+                    "-m",
+                    "celery",
+                    "-A",
+                    "support.proj",
+                    "worker",
+                    "-n",
+                    self.hostname,
+                    "--without-mingle",
+                    "--without-gossip",
+                    "-l",
+                    "info",
+                    *self._args,
+                ],
+                cwd=ROOT,
+                env=self._env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        return self
+
+    def wait_applied(self, generation: int = 0, timeout: float = 30.0) -> celery_pause.WorkerReport:
+        """Wait until this worker applied ``generation`` (or later) and runs nothing paused."""
+
+        def applied() -> celery_pause.WorkerReport | None:
+            self.check_alive()
+            for report in celery_pause.status(self.cluster.app).workers:
+                if report.hostname == self.hostname and report.quiet_for(generation):
+                    return report
+            return None
+
+        return wait_for(applied, timeout=timeout, what=f"{self.hostname} to apply gen {generation}")
+
+    def check_alive(self) -> None:
+        if self.proc is not None and self.proc.poll() is not None:
+            raise AssertionError(
+                f"{self.hostname} exited with {self.proc.returncode}:\n{self.tail()}"
+            )
+
+    def stop(self, timeout: float = 30.0) -> int | None:
+        """Warm shutdown (SIGTERM), escalating to SIGKILL after ``timeout`` seconds."""
+        if self.proc is None or self.proc.poll() is not None:
+            return self.proc.returncode if self.proc else None
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            return self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            raise AssertionError(f"{self.hostname} did not stop within {timeout}s") from None
+
+    def kill(self) -> None:
+        """SIGKILL the worker and its pool processes."""
+        if self.proc is not None and self.proc.poll() is None:
+            with suppress(ProcessLookupError):
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(10)
+
+    def broker_ports(self, port: int) -> list[int]:
+        """Local ports of this worker's TCP connections to ``port`` on the loopback."""
+        assert self.proc is not None
+        connections = psutil.Process(self.proc.pid).net_connections(kind="tcp")
+        return [c.laddr.port for c in connections if c.raddr and c.raddr.port == port]
+
+    def drop_connections(self) -> int:
+        """Cut every connection of this worker to Redis or RabbitMQ, from the server side."""
+        dropped = 0
+        client = redis.Redis.from_url(REDIS_STORE)
+        for port in self.broker_ports(6379):
+            dropped += int(client.client_kill_filter(_id=None, addr=f"127.0.0.1:{port}") or 0)
+        ports = set(self.broker_ports(5672))
+        if ports:
+            listing = subprocess.run(
+                ["rabbitmqctl", "-q", "list_connections", "pid", "peer_port"],
+                capture_output=True,
+                text=True,
+                timeout=60,
+                check=True,
+            ).stdout
+            for line in listing.splitlines():
+                pid, _, port = line.partition("\t")
+                if port.strip().isdigit() and int(port) in ports:
+                    subprocess.run(
+                        ["rabbitmqctl", "-q", "close_connection", pid, "test: connection dropped"],
+                        capture_output=True,
+                        timeout=60,
+                        check=True,
+                    )
+                    dropped += 1
+        return dropped
+
+    def log_count(self, text: str) -> int:
+        try:
+            return self.log.read_text(errors="replace").count(text)
+        except OSError:
+            return 0
+
+    def tail(self, lines: int = 40) -> str:
+        try:
+            return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return "<no log>"
+
+
+class Cluster:
+    """One test's private world: namespace, client app, workers, records."""
+
+    def __init__(
+        self,
+        *,
+        broker: str,
+        tmp: Path,
+        store: str | None = None,
+        poll_interval: float = 1.0,
+        private_broker_keys: bool = False,
+        **extra: Any,
+    ) -> None:
+        self.namespace = "t" + uuid.uuid4().hex[:10]
+        self.broker = broker
+        self.store_url = REDIS_STORE if store is None else store  # "": no store set
+        self.tmp = tmp
+        self.poll_interval = poll_interval
+        if private_broker_keys:
+            # kombu's own Redis keys (unacked messages, bindings) private to the test too
+            options = extra.get("broker_transport_options", {})
+            extra["broker_transport_options"] = {
+                "global_keyprefix": f"{self.namespace}:",
+                **options,
+            }
+        self.extra = extra
+        self.app: Celery = make_app(
+            namespace=self.namespace,
+            broker=broker,
+            store=self.store_url,
+            poll_interval=poll_interval,
+            **extra,
+        )
+        self.records_client = redis.Redis.from_url(RECORDS_URL)
+        self.record_key = f"celery-pause-test:{self.namespace}:records"
+        self.finished_key = f"celery-pause-test:{self.namespace}:finished"
+        self.workers: list[Worker] = []
+
+    def queue(self, name: str = "default") -> str:
+        return f"{self.namespace}.{name}"
+
+    def worker(
+        self,
+        name: str = "w1",
+        *,
+        queues: list[str] | None = None,
+        concurrency: int = 1,
+        pool: str = "prefork",
+        extra: dict[str, Any] | None = None,
+        start: bool = True,
+        args: tuple[str, ...] = (),
+        install: bool = True,
+    ) -> Worker:
+        """A worker of this cluster's app; ``install=False`` leaves the pause step out."""
+        names = ",".join(queues or [self.queue()])
+        options = ["-P", pool, "-c", str(concurrency), "-Q", names, *args]
+        env = {**self.env(extra), "PAUSE_TEST_INSTALL": "1" if install else "0"}
+        worker = Worker(self, name, options, env)
+        self.workers.append(worker)
+        return worker.start() if start else worker
+
+    def env(self, extra: dict[str, Any] | None = None) -> dict[str, str]:
+        """The environment under which ``celery -A support.proj`` builds this cluster's app."""
+        return {
+            **os.environ,
+            "PAUSE_TEST_NAMESPACE": self.namespace,
+            "PAUSE_TEST_BROKER": self.broker,
+            "PAUSE_TEST_STORE": self.store_url,
+            "PAUSE_TEST_POLL": str(self.poll_interval),
+            "PAUSE_TEST_EXTRA": json.dumps({**self.extra, **(extra or {})}),
+            "PYTHONPATH": str(ROOT),
+        }
+
+    def send(
+        self, tag: str, duration: float = 0.0, *, queue: str | None = None, **options: Any
+    ) -> str:
+        result = self.app.send_task(
+            RECORD_TASK, args=(tag, duration), queue=queue or self.queue(), **options
+        )
+        return str(result.id)
+
+    def resume_and_check(self, sent: list[str], paused_since: float) -> list[dict[str, Any]]:
+        """Resume; check nothing started while paused and every task in ``sent`` ran once."""
+        resumed_at = time.time()
+        celery_pause.resume(self.app)
+        records = self.wait_records(len(sent))
+        started = self.started_between(paused_since, resumed_at)
+        assert not started, f"tasks started while paused: {started}"
+        assert sorted(r["id"] for r in records) == sorted(sent), "lost or duplicated tasks"
+        return records
+
+    def records(self) -> list[dict[str, Any]]:
+        return [json.loads(raw) for raw in self.records_client.lrange(self.record_key, 0, -1)]
+
+    def started_between(self, start: float, end: float) -> list[dict[str, Any]]:
+        return [r for r in self.records() if start <= r["started"] < end]
+
+    def wait_records(self, count: int, timeout: float = 60.0) -> list[dict[str, Any]]:
+        def enough() -> list[dict[str, Any]] | None:
+            records = self.records()
+            return records if len(records) >= count else None
+
+        return wait_for(enough, timeout=timeout, what=f"{count} task starts")
+
+    def close(self) -> None:
+        for worker in self.workers:
+            with suppress(AssertionError):
+                worker.stop(timeout=20)
+            worker.kill()
+        with suppress(celery_pause.PauseError):
+            celery_pause.stores.store_for(self.app).close()
+        prefix = f"celery-pause-test:{self.namespace}"
+        if self.store_url.startswith("redis"):
+            client = redis.Redis.from_url(self.store_url)
+            with suppress(redis.RedisError):  # a test's private store may be gone already
+                for key in client.scan_iter(f"{prefix}*"):
+                    client.delete(key)
+        self.records_client.delete(self.record_key, self.finished_key)
+        self._delete_queues()
+
+    def _delete_queues(self) -> None:
+        names = {
+            self.queue(),
+            *(q for w in self.workers for q in w._args[w._args.index("-Q") + 1].split(",")),
+        }
+        with suppress(Exception), self.app.connection_for_write() as conn:
+            channel = conn.default_channel
+            for name in names:
+                with suppress(Exception):
+                    channel.queue_delete(name)

@@ -1,0 +1,99 @@
+"""The app that real worker subprocesses run in the tests; tasks record when they start.
+
+Each test gets its own namespace: queue names, store prefix, control exchange
+and record key all derive from it, so tests (and test runs) never share state.
+The worker reads its settings from ``PAUSE_TEST_*`` environment variables; the
+test process builds the same app with :func:`make_app`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from typing import Any
+
+import redis
+from celery import Celery
+
+import celery_pause
+
+RECORDS_URL = "redis://127.0.0.1:6379/13"
+RECORD_TASK = "support.proj.record"
+
+
+def make_app(
+    *,
+    namespace: str,
+    broker: str,
+    store: str | None = None,
+    poll_interval: float = 1.0,
+    install: bool = True,
+    **extra: Any,
+) -> Celery:
+    """An app whose queues, store keys and control exchange are private to ``namespace``.
+
+    ``install=False`` leaves the pause step out (the benchmark's baseline); records go
+    to ``PAUSE_TEST_RECORDS`` when set (the benchmark's private Redis).
+    """
+    breaker_options = extra.pop("test_breaker", None)
+    app = Celery("celery_pause_tests", set_as_current=False)
+    app.conf.update(
+        broker_url=broker,
+        pause_key_prefix=f"celery-pause-test:{namespace}",
+        pause_poll_interval=poll_interval,
+        task_default_queue=f"{namespace}.default",
+        control_exchange=f"ctl-{namespace}",
+        event_exchange=f"ev-{namespace}",
+        broker_connection_retry_on_startup=True,
+        worker_hijack_root_logger=False,
+        worker_redirect_stdouts=False,
+        **extra,
+    )
+    if store:
+        app.conf.pause_store_url = store
+    if install:
+        app.steps["consumer"].add(celery_pause.PauseStep)
+    records = redis.Redis.from_url(os.environ.get("PAUSE_TEST_RECORDS", RECORDS_URL))
+    record_key = f"celery-pause-test:{namespace}:records"
+    finished_key = f"celery-pause-test:{namespace}:finished"
+
+    @app.task(name=RECORD_TASK, bind=True, shared=False)
+    def record(self: Any, tag: str, duration: float = 0.0) -> str:
+        """Record this task's start (id, tag, queue, time, worker and its main process),
+        work for ``duration``, then record that it finished (under ``finished_key``)."""
+        entry = {
+            "id": self.request.id,
+            "tag": tag,
+            "queue": (self.request.delivery_info or {}).get("routing_key"),
+            "started": time.time(),
+            "worker": self.request.hostname,
+            "worker_pid": os.getppid(),
+        }
+        records.rpush(record_key, json.dumps(entry))
+        time.sleep(duration)
+        done = {"id": self.request.id, "worker_pid": os.getppid(), "finished": time.time()}
+        records.rpush(finished_key, json.dumps(done))
+        return tag
+
+    if breaker_options is not None:
+        from .breaker_proj import register
+
+        register(app, namespace, breaker_options)
+    return app
+
+
+def app_from_env() -> Celery:
+    extra = json.loads(os.environ.get("PAUSE_TEST_EXTRA", "{}"))
+    return make_app(
+        namespace=os.environ["PAUSE_TEST_NAMESPACE"],
+        broker=os.environ["PAUSE_TEST_BROKER"],
+        store=os.environ.get("PAUSE_TEST_STORE"),
+        poll_interval=float(os.environ.get("PAUSE_TEST_POLL", "1.0")),
+        install=os.environ.get("PAUSE_TEST_INSTALL", "1") != "0",
+        **extra,
+    )
+
+
+if "PAUSE_TEST_NAMESPACE" in os.environ:
+    app = app_from_env()
