@@ -19,7 +19,8 @@ from .errors import (
 from .history import HistoryEntry, format_history, history
 from .report import WorkerReport
 from .results import ClusterStatus, PauseResult, ResumeResult
-from .state import Hold, PauseState, Scope
+from .scope import Scope
+from .state import Hold, PauseState
 from .step import PauseStep
 
 __version__ = "0.2.0.dev0"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import getpass
+import logging
 import socket
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -17,10 +18,20 @@ from .formatting import format_time
 from .history import pause_entry, record, resume_entry
 from .report import WorkerReport
 from .results import ClusterStatus, PauseResult, ResumeResult
+from .scope import DIMENSIONS, NOTHING, Rule, Scope
 from .settings import config_for
-from .state import MANUAL, Hold, PauseState, Scope
+from .state import MANUAL, Hold, PauseState
 from .stores import store_for
-from .validation import check_operator, check_queues, check_reason, check_resume
+from .validation import (
+    check_operator,
+    check_queues,
+    check_reason,
+    check_resume,
+    check_tasks,
+    check_workers,
+)
+
+logger = logging.getLogger(__name__)
 
 WAIT_POLL = 0.01
 """Seconds between reads of the workers' reports while waiting for quiet."""
@@ -35,6 +46,8 @@ def pause(
     reason: str | None = None,
     paused_by: str | None = None,
     queues: Iterable[str] | str | None = None,
+    tasks: Iterable[str] | str | None = None,
+    workers: Iterable[str] | str | None = None,
     resume_after: timedelta | float | None = None,
     resume_at: datetime | float | None = None,
     force: bool = False,
@@ -43,17 +56,21 @@ def pause(
     progress: Progress | None = None,
     notify: bool = True,
 ) -> PauseResult:
-    """Pause ``queues`` (every queue by default) on every worker.
+    """Pause the tasks named ``tasks`` of ``queues`` on ``workers`` (each every one by default).
+
+    Task and worker names may be shell-style patterns (``proj.billing.*``, ``w1@*``).
+    A name or pattern that matches no task this app knows, or no live worker, is
+    recorded all the same, with a warning in the result.
 
     With ``wait=True`` return only once every live worker has applied the pause
     and runs no task of the paused scope; raise :class:`PauseTimeout` naming the
     busy workers if that takes longer than ``timeout`` seconds (the pause stays).
-    Raises :class:`AlreadyPaused` if a manual hold covers any of the queues,
+    Raises :class:`AlreadyPaused` if a manual hold overlaps the scope,
     unless ``force=True``, which replaces it. ``progress`` is called at every
     poll of the wait. With ``notify=False`` no broadcast is sent and workers
     apply the pause at their next poll (``pause_poll_interval``).
     """
-    scope = Scope.of(check_queues(queues))
+    scope = Scope.of(check_queues(queues), tasks=check_tasks(tasks), workers=check_workers(workers))
     reason = check_reason(reason)
     after = check_resume(resume_after, resume_at)
     by = check_operator(paused_by) or default_operator()
@@ -79,42 +96,64 @@ def pause(
     snapshot, _ = store.update(add_hold)
     if notify:
         notify_workers(app)
-    result = PauseResult(snapshot.state.holds[-1], snapshot.state.generation, tuple(replaced))
+    result = PauseResult(
+        snapshot.state.holds[-1],
+        snapshot.state.generation,
+        tuple(replaced),
+        warnings=unmatched(
+            app, scope.rule, store.live_reports(config_for(app).worker_ttl, snapshot.now)
+        ),
+    )
+    for warning in result.warnings:
+        logger.warning("celery-pause: %s", warning)
     record(app, pause_entry(result.hold, result.generation, replaced))
     if not wait:
         return result
     watch = None if progress is None else lambda workers: progress(result, workers)
     try:
-        workers = wait_until_quiet(app, result.generation, timeout, watch)
+        confirmed = wait_until_quiet(app, result.generation, timeout, watch)
     except PauseTimeout as exc:
         raise PauseTimeout(exc.timeout, exc.busy, paused=result) from None
-    return replace(result, workers=tuple(workers))
+    return replace(result, workers=tuple(confirmed))
 
 
 def resume(
     app: Celery,
     *,
     queues: Iterable[str] | str | None = None,
+    tasks: Iterable[str] | str | None = None,
+    workers: Iterable[str] | str | None = None,
     force: bool = False,
     resumed_by: str | None = None,
     notify: bool = True,
 ) -> ResumeResult:
-    """Remove the manual holds on ``queues`` (every queue by default).
+    """Lift the manual holds within ``queues``, ``tasks`` and ``workers`` (each every one
+    by default).
 
-    Holds owned by a circuit breaker stay unless ``force=True``, which also
-    removes a hold standing for unreadable state. A hold on every queue cannot
-    be lifted for some queues only: it stays, and is reported.
+    A hold the resume's scope contains is removed. A hold that differs from it in
+    one dimension only, where both list names, loses the names resumed (a hold on
+    queues a and b, resumed for a, holds b on). Any other overlap would leave a
+    hold that is no list of names (resuming queue a of a hold on every queue) and
+    raises :class:`InvalidInput` before anything changes. Holds owned by a circuit
+    breaker stay unless ``force=True``, which lifts them (and a hold standing for
+    unreadable state) by the same rules, leaving whole those it cannot split.
     ``resumed_by`` (default ``user@host``) is recorded in the history. With
     ``notify=False`` workers apply the change at their next poll.
     """
-    scope = Scope.of(check_queues(queues))
+    scope = Scope.of(check_queues(queues), tasks=check_tasks(tasks), workers=check_workers(workers))
     removed: list[Hold] = []
 
     def lift(state: PauseState, now: float) -> PauseState | None:
         removed.clear()
         kept: list[Hold] = []
         for hold in state.live_holds(now):
-            rest = lifted_scope(hold, scope) if (force or hold.manual) else hold.scope
+            rest = hold.scope
+            if hold.manual or force:
+                try:
+                    rest = lifted_scope(hold, scope)
+                except InvalidInput:
+                    if hold.manual:
+                        raise  # a foreign hold it cannot split stays whole
             if rest != hold.scope:
                 removed.append(hold)
             if rest:
@@ -190,12 +229,44 @@ def wait_until_quiet(
 
 
 def lifted_scope(hold: Hold, lifted: Scope) -> Scope:
-    """What remains of ``hold``'s scope once ``lifted`` is resumed."""
-    if lifted.everything:
-        return Scope()
-    if hold.scope.everything:
+    """What remains of ``hold``'s scope once ``lifted`` is resumed (see :func:`resume`)."""
+    rule, resumed = hold.scope.rule, lifted.rule
+    if not rule.overlaps(resumed):
         return hold.scope
-    return Scope.of(hold.scope.queues - lifted.queues)
+    if resumed.contains(rule):
+        return NOTHING
+    outside = [d for d in DIMENSIONS if not Rule(**{d: getattr(resumed, d)}).contains(rule)]
+    if len(outside) == 1:
+        (dimension,) = outside
+        held, freed = getattr(rule, dimension), getattr(resumed, dimension)
+        rest = frozenset(held) - freed if held is not None and freed is not None else None
+        if rest is not None and not Rule(**{dimension: rest}).overlaps(Rule(**{dimension: freed})):
+            return Scope(frozenset({replace(rule, **{dimension: rest})}))
+    raise InvalidInput(
+        f"cannot resume {lifted.describe()} out of the {hold.describe()}: what would remain is "
+        f"no list of names. Resume its whole scope ({hold.scope.describe()}), or resume "
+        "without filters, then pause what should stay paused"
+    )
+
+
+def unmatched(app: Celery, rule: Rule, live: Sequence[WorkerReport]) -> tuple[str, ...]:
+    """Warnings for task names and worker names of ``rule`` that match nothing known now."""
+    warnings = []
+    known = [name for name in app.tasks if not name.startswith("celery.")]
+    for name in sorted(rule.tasks or ()):
+        if not any(Rule(tasks=frozenset({name})).covers("", task, None) for task in known):
+            warnings.append(
+                f"task {name!r} matches no task registered in this app; "
+                "the hold applies to it once a worker runs such a task"
+            )
+    hosts = [report.hostname for report in live]
+    for name in sorted(rule.workers or ()):
+        if not any(Rule(workers=frozenset({name})).covers("", None, host) for host in hosts):
+            warnings.append(
+                f"worker {name!r} matches no live worker; "
+                "the hold is recorded and applies when such a worker starts"
+            )
+    return tuple(warnings)
 
 
 def default_operator() -> str:

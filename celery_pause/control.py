@@ -1,4 +1,5 @@
-"""The remote-control command that tells workers to re-read the pause state now, and its sender."""
+"""Remote commands: ``pause_refresh`` (re-read the state now; sent by every pause and
+resume) and ``inspect pause_state`` (what a worker applies, holds and runs)."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ import logging
 from typing import Any, cast
 
 from celery import Celery
-from celery.worker.control import control_command, nok, ok
+from celery.worker.control import control_command, inspect_command, nok, ok
 
 logger = logging.getLogger(__name__)
 
@@ -21,6 +22,16 @@ def pause_refresh(state: Any) -> dict[str, str]:
         return cast(dict[str, str], nok("celery-pause is not installed on this worker"))
     step.refresh()
     return cast(dict[str, str], ok("refreshing"))
+
+
+@inspect_command()  # type: ignore[untyped-decorator]
+def pause_state(state: Any) -> dict[str, Any]:
+    """The holds this worker applies, what it holds and what it runs in scope:
+    ``celery -A proj inspect pause_state``."""
+    step = getattr(state.consumer, "celery_pause", None)
+    if step is None:
+        return cast(dict[str, Any], nok("celery-pause is not installed on this worker"))
+    return cast(dict[str, Any], step.describe())
 
 
 def notify_workers(app: Celery) -> None:

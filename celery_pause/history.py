@@ -17,8 +17,9 @@ from celery import Celery
 
 from .errors import InvalidInput, StoreError
 from .formatting import format_time
+from .scope import Scope
 from .settings import config_for
-from .state import Hold, Scope
+from .state import Hold
 from .stores import store_for
 
 logger = logging.getLogger(__name__)
@@ -36,6 +37,8 @@ class HistoryEntry:
     action: str
     at: float
     queues: list[str] | None = None
+    tasks: list[str] | None = None
+    workers: list[str] | None = None
     source: str = "manual"
     by: str | None = None
     reason: str | None = None
@@ -47,13 +50,15 @@ class HistoryEntry:
 
     @property
     def scope(self) -> Scope:
-        return Scope.of(self.queues)
+        return Scope.of(self.queues, tasks=self.tasks, workers=self.workers)
 
     def to_json(self) -> dict[str, Any]:
         return {
             "action": self.action,
             "at": self.at,
             "queues": self.queues,
+            "tasks": self.tasks,
+            "workers": self.workers,
             "source": self.source,
             "by": self.by,
             "reason": self.reason,
@@ -68,11 +73,12 @@ class HistoryEntry:
     def from_json(cls, data: dict[str, Any]) -> HistoryEntry:
         """Decode an entry; one that cannot be read says so in its reason."""
         try:
-            queues = data.get("queues")
             return cls(
                 action=str(data["action"]),
                 at=float(data["at"]),
-                queues=None if queues is None else [str(q) for q in queues],
+                queues=_opt_names(data.get("queues")),
+                tasks=_opt_names(data.get("tasks")),
+                workers=_opt_names(data.get("workers")),
                 source=str(data.get("source") or "manual"),
                 by=_opt_str(data.get("by")),
                 reason=_opt_str(data.get("reason")),
@@ -109,7 +115,9 @@ def pause_entry(hold: Hold, generation: int, replaced: Iterable[Hold]) -> Histor
     return HistoryEntry(
         action=PAUSE,
         at=hold.paused_at,
-        queues=hold.scope.names(),
+        queues=_sorted(hold.scope.rule.queues),
+        tasks=_sorted(hold.scope.rule.tasks),
+        workers=_sorted(hold.scope.rule.workers),
         source=hold.source,
         by=hold.paused_by,
         reason=hold.reason,
@@ -139,7 +147,9 @@ def resume_entry(
     return HistoryEntry(
         action=RESUME,
         at=at,
-        queues=scope.names(),
+        queues=_sorted(scope.rule.queues),
+        tasks=_sorted(scope.rule.tasks),
+        workers=_sorted(scope.rule.workers),
         source=",".join(sources),
         by=by,
         generation=generation,
@@ -205,3 +215,11 @@ def format_history(entries: Sequence[HistoryEntry]) -> str:
 
 def _opt_str(value: Any) -> str | None:
     return None if value is None else str(value)
+
+
+def _opt_names(value: Any) -> list[str] | None:
+    return None if value is None else [str(name) for name in value]
+
+
+def _sorted(names: frozenset[str] | None) -> list[str] | None:
+    return None if names is None else sorted(names)

@@ -20,8 +20,9 @@ from .depths import queue_depths
 from .history import HistoryEntry, history
 from .report import APPLIED, WorkerReport
 from .results import ClusterStatus
+from .scope import Scope
 from .settings import config_for
-from .state import Hold, Scope
+from .state import Hold
 
 JSON_SCHEMA = 1
 RUNNING = "RUNNING"
@@ -141,7 +142,12 @@ def status_json(
             "held": sum(w.held for w in status.workers),
         },
         "queues": [
-            {"name": name, "waiting": waiting, "paused": status.paused.covers(name)}
+            {
+                "name": name,
+                "waiting": waiting,
+                "paused": status.paused.covers(name),
+                "partly_paused": status.paused.touches(name) and not status.paused.covers(name),
+            }
             for name, waiting in sorted(depths.items())
         ],
         "breakers": [breaker.to_json() for breaker in breakers],

@@ -5,7 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .report import WorkerReport
-from .state import Hold, PauseState, Scope
+from .scope import Scope
+from .state import Hold, PauseState
 
 
 @dataclass(frozen=True)
@@ -16,6 +17,8 @@ class PauseResult:
     generation: int
     replaced: tuple[Hold, ...]
     workers: tuple[WorkerReport, ...] = ()
+    warnings: tuple[str, ...] = ()
+    """Names in the scope that match no known task or live worker (recorded all the same)."""
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,7 @@
 """The pause state: holds, the scope they pause, and their JSON encoding.
 
-The state is a set of *holds*. A queue is paused while at least one live hold
-covers it; a hold with a ``resume_at`` in the past no longer counts, judged by
+The state is a set of *holds*. A task is paused while at least one live hold
+covers it (:mod:`.scope`); a hold with a ``resume_at`` in the past no longer counts, judged by
 the store's clock. Every change to the state increases its generation.
 """
 
@@ -14,60 +14,13 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from .formatting import SHOWN_TEXT, clip, format_time
+from .formatting import clip, format_time
+from .scope import EVERYTHING, NOTHING, Scope, rule_from_json
 
 SCHEMA = 1
 MANUAL = "manual"
 BREAKER_PREFIX = "breaker:"
 UNREADABLE = "unreadable"
-
-
-@dataclass(frozen=True)
-class Scope:
-    """A set of queues, or every queue."""
-
-    everything: bool = False
-    queues: frozenset[str] = frozenset()
-
-    @classmethod
-    def of(cls, queues: Iterable[str] | None) -> Scope:
-        """The scope of ``queues``, or every queue for ``None``."""
-        return cls(everything=True) if queues is None else cls(queues=frozenset(queues))
-
-    def covers(self, queue: str) -> bool:
-        return self.everything or queue in self.queues
-
-    def overlaps(self, other: Scope) -> bool:
-        if not self or not other:
-            return False
-        return self.everything or other.everything or bool(self.queues & other.queues)
-
-    def __or__(self, other: Scope) -> Scope:
-        if self.everything or other.everything:
-            return Scope(everything=True)
-        return Scope(queues=self.queues | other.queues)
-
-    def __bool__(self) -> bool:
-        return self.everything or bool(self.queues)
-
-    def names(self) -> list[str] | None:
-        """Sorted queue names, or ``None`` for every queue (the JSON form)."""
-        return None if self.everything else sorted(self.queues)
-
-    def describe(self) -> str:
-        """``all queues``, ``queue a`` or ``queues a, b`` (clipped when very long)."""
-        if self.everything:
-            return "all queues"
-        if not self.queues:
-            return "no queue"
-        names = ", ".join(sorted(self.queues))
-        if len(names) > SHOWN_TEXT:
-            names = f"{names[:SHOWN_TEXT]}… ({len(self.queues)} queues)"
-        return ("queue " if len(self.queues) == 1 else "queues ") + names
-
-
-NOTHING = Scope()
-EVERYTHING = Scope(everything=True)
 
 
 @dataclass(frozen=True)
@@ -103,7 +56,7 @@ class Hold:
     def to_json(self) -> dict[str, Any]:
         return {
             "id": self.id,
-            "queues": self.scope.names(),
+            **self.scope.rule.to_json(),
             "source": self.source,
             "paused_by": self.paused_by,
             "reason": self.reason,
@@ -115,15 +68,11 @@ class Hold:
     def from_json(cls, data: Any) -> Hold:
         """Decode one hold; anything unexpected becomes an unreadable hold."""
         try:
-            queues = data["queues"]
-            if queues is not None and not (
-                isinstance(queues, list) and queues and all(isinstance(q, str) for q in queues)
-            ):
-                raise ValueError(f"queues is {queues!r}")
+            rule = rule_from_json(data)
             resume_at = data.get("resume_at")
             return cls(
                 id=require_str(data["id"]),
-                scope=Scope.of(queues),
+                scope=Scope(frozenset({rule})),
                 source=require_str(data["source"]),
                 paused_by=optional_str(data.get("paused_by")),
                 reason=optional_str(data.get("reason")),
@@ -150,7 +99,7 @@ class PauseState:
         return tuple(hold for hold in self.holds if hold.live(now))
 
     def paused(self, now: float) -> Scope:
-        """The queues paused at store time ``now``."""
+        """What is paused at store time ``now``: the union of the live holds' scopes."""
         scope = NOTHING
         for hold in self.live_holds(now):
             scope = scope | hold.scope

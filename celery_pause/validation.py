@@ -17,8 +17,9 @@ from .errors import InvalidInput
 UNITS = {"d": 86400, "h": 3600, "m": 60, "s": 1}
 DURATION = re.compile(r"(\d+(?:\.\d+)?)([dhms])")
 MAX_DURATION = timedelta(days=366)
-MAX_QUEUES = 100
-MAX_QUEUE_NAME = 200
+MAX_NAMES = 100
+"""Most names in one dimension of a scope (queues, tasks or workers)."""
+MAX_NAME = 200
 MAX_REASON = 1000
 MAX_OPERATOR = 200
 
@@ -61,19 +62,35 @@ def parse_datetime(text: str) -> datetime:
 
 
 def check_queues(queues: Iterable[str] | str | None) -> list[str] | None:
-    if queues is None:
+    """Queue names (exact), or ``None`` for every queue."""
+    return check_names(queues, "queue")
+
+
+def check_tasks(tasks: Iterable[str] | str | None) -> list[str] | None:
+    """Task names or shell-style patterns (``proj.billing.*``), or ``None`` for every task."""
+    return check_names(tasks, "task")
+
+
+def check_workers(workers: Iterable[str] | str | None) -> list[str] | None:
+    """Worker hostnames or patterns (``w1@*``), or ``None`` for every worker."""
+    return check_names(workers, "worker")
+
+
+def check_names(names: Iterable[str] | str | None, kind: str) -> list[str] | None:
+    """A non-empty list of at most :data:`MAX_NAMES` names of ``kind``, or ``None``."""
+    if names is None:
         return None
-    names = [queues] if isinstance(queues, str) else list(itertools.islice(queues, MAX_QUEUES + 1))
-    if not names:
-        raise InvalidInput("queues must name at least one queue (or be None for all)")
-    if len(names) > MAX_QUEUES:
-        raise InvalidInput(f"at most {MAX_QUEUES} queues at once, got more than that")
-    for name in names:
+    listed = [names] if isinstance(names, str) else list(itertools.islice(names, MAX_NAMES + 1))
+    if not listed:
+        raise InvalidInput(f"{kind}s must name at least one {kind} (or be None for all)")
+    if len(listed) > MAX_NAMES:
+        raise InvalidInput(f"at most {MAX_NAMES} {kind}s at once, got more than that")
+    for name in listed:
         if not isinstance(name, str) or not name.strip():
-            raise InvalidInput(f"queue names must be non-empty strings, got {name!r}")
-        if len(name) > MAX_QUEUE_NAME:
-            raise InvalidInput(f"queue name longer than {MAX_QUEUE_NAME} characters")
-    return [name.strip() for name in names]
+            raise InvalidInput(f"{kind} names must be non-empty strings, got {name!r}")
+        if len(name) > MAX_NAME:
+            raise InvalidInput(f"{kind} name longer than {MAX_NAME} characters")
+    return [name.strip() for name in listed]
 
 
 def check_reason(reason: str | None) -> str | None:

@@ -5,7 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from .state import BREAKER_PREFIX, Hold, Scope
+from .scope import Scope
+from .state import BREAKER_PREFIX, Hold
 
 
 @dataclass
@@ -32,6 +33,7 @@ class WorkerView:
     since: float | None
     held: int
     counters: GateCounters
+    held_by_task: dict[str, int]
     transitions: dict[str, int]
     breakers: dict[str, bool]
     store_ok: bool
@@ -40,19 +42,21 @@ class WorkerView:
 
     @property
     def paused_queues(self) -> tuple[str, ...]:
-        """The queues this worker consumes and holds now."""
-        return tuple(q for q in self.consumed if self.scope.covers(q))
+        """The queues this worker consumes and holds every task of now."""
+        return tuple(q for q in self.consumed if self.scope.covers(q, None, self.hostname))
 
     @property
     def paused(self) -> bool:
-        """Whether any queue this worker consumes is paused."""
-        return bool(self.paused_queues) or (not self.consumed and bool(self.scope))
+        """Whether the worker holds some task of a queue it consumes."""
+        if not self.consumed:
+            return bool(self.scope)
+        return any(self.scope.touches(q, self.hostname) for q in self.consumed)
 
     @property
     def fully_paused(self) -> bool:
         """Whether this worker starts no task at all."""
         if not self.consumed:
-            return self.scope.everything
+            return self.scope.covers("", None, self.hostname) and self.scope.everything
         return len(self.paused_queues) == len(self.consumed)
 
     @property
@@ -72,7 +76,8 @@ class WorkerView:
         return tuple(
             h
             for h in self.holds
-            if not self.consumed or any(h.scope.covers(q) for q in self.consumed)
+            if h.scope.for_worker(self.hostname)
+            and (not self.consumed or any(h.scope.touches(q) for q in self.consumed))
         )
 
 

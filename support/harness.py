@@ -286,10 +286,16 @@ class Cluster:
         }
 
     def send(
-        self, tag: str, duration: float = 0.0, *, queue: str | None = None, **options: Any
+        self,
+        tag: str,
+        duration: float = 0.0,
+        *,
+        queue: str | None = None,
+        task: str = RECORD_TASK,
+        **options: Any,
     ) -> str:
         result = self.app.send_task(
-            RECORD_TASK, args=(tag, duration), queue=queue or self.queue(), **options
+            task, args=(tag, duration), queue=queue or self.queue(), **options
         )
         return str(result.id)
 

@@ -20,6 +20,8 @@ import celery_pause
 
 RECORDS_URL = "redis://127.0.0.1:6379/13"
 RECORD_TASK = "support.proj.record"
+OTHER_TASK = "support.proj.record_other"
+"""A second task type that records the same way, for pauses of one task type."""
 
 
 def make_app(
@@ -58,12 +60,12 @@ def make_app(
     record_key = f"celery-pause-test:{namespace}:records"
     finished_key = f"celery-pause-test:{namespace}:finished"
 
-    @app.task(name=RECORD_TASK, bind=True, shared=False)
     def record(self: Any, tag: str, duration: float = 0.0) -> str:
-        """Record this task's start (id, tag, queue, time, worker and its main process),
-        work for ``duration``, then record that it finished (under ``finished_key``)."""
+        """Record this task's start (id, name, tag, queue, time, worker and its main
+        process), work for ``duration``, then record that it finished (under ``finished_key``)."""
         entry = {
             "id": self.request.id,
+            "task": self.name,
             "tag": tag,
             "queue": (self.request.delivery_info or {}).get("routing_key"),
             "started": time.time(),
@@ -75,6 +77,9 @@ def make_app(
         done = {"id": self.request.id, "worker_pid": os.getppid(), "finished": time.time()}
         records.rpush(finished_key, json.dumps(done))
         return tag
+
+    for name in (RECORD_TASK, OTHER_TASK):
+        app.task(name=name, bind=True, shared=False)(record)
 
     if breaker_options is not None:
         from .breaker_proj import register

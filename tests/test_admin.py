@@ -84,7 +84,9 @@ def test_pause_status_and_resume_over_http(world: Cluster, admin: str) -> None:
         world.send(f"waiting{n}")
     doc = call(admin + "/status", headers=AUTH).json()
     assert (doc["state"], doc["holds"], doc["history"]) == ("RUNNING", [], [])
-    assert {"name": world.queue(), "waiting": 3, "paused": False} in doc["queues"]
+    assert {"name": world.queue(), "waiting": 3, "paused": False, "partly_paused": False} in doc[
+        "queues"
+    ]
 
     # When one queue is paused with the CLI's option names
     reply = call(
@@ -315,6 +317,16 @@ def test_queue_depths_and_an_anonymous_caller(cluster: Cluster) -> None:
 
         # ... and the status counts the waiting tasks
         queues = {q["name"]: q for q in call(admin + "/status", headers=AUTH).json()["queues"]}
-    assert queues[cluster.queue()] == {"name": cluster.queue(), "waiting": 2, "paused": False}
+    assert queues[cluster.queue()] == {
+        "name": cluster.queue(),
+        "waiting": 2,
+        "paused": False,
+        "partly_paused": False,
+    }
     # a queue the broker does not know holds nothing
-    assert queues["ghost"] == {"name": "ghost", "waiting": 0, "paused": True}
+    assert queues["ghost"] == {
+        "name": "ghost",
+        "waiting": 0,
+        "paused": True,
+        "partly_paused": False,
+    }

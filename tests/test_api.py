@@ -90,15 +90,19 @@ def test_resume_some_queues_narrows_a_hold(store_cluster: Cluster) -> None:
     assert len(result.removed) == 1 and not result.remaining
 
 
-def test_resume_of_one_queue_reports_an_all_queues_hold(store_cluster: Cluster) -> None:
+def test_resume_of_one_queue_out_of_an_all_queues_hold_is_refused(store_cluster: Cluster) -> None:
+    # Given a manual hold on every queue
     app = store_cluster.app
     celery_pause.pause(app, paused_by="alice")
+    generation = celery_pause.status(app).state.generation
 
-    result = celery_pause.resume(app, queues=["a"])
+    # When one queue is resumed out of it, Then that is refused, saying what to do instead
+    with pytest.raises(InvalidInput, match=r"Resume its whole scope \(all queues\)"):
+        celery_pause.resume(app, queues=["a"])
 
-    assert not result.removed
-    assert [h.paused_by for h in result.remaining] == ["alice"]
-    assert celery_pause.status(app).paused.everything
+    # And nothing changed
+    status = celery_pause.status(app)
+    assert status.paused.everything and status.state.generation == generation
 
 
 def test_resume_leaves_breaker_holds_unless_forced(store_cluster: Cluster) -> None:

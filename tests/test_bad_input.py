@@ -19,8 +19,10 @@ from hypothesis import strategies as st
 import celery_pause
 from celery_pause import validation
 from celery_pause.errors import InvalidInput
+from celery_pause.formatting import SHOWN_TEXT
 from celery_pause.report import APPLIED, WorkerReport
-from celery_pause.state import EVERYTHING, SHOWN_TEXT, UNREADABLE, Hold, PauseState, Scope
+from celery_pause.scope import EVERYTHING, Scope
+from celery_pause.state import UNREADABLE, Hold, PauseState
 from celery_pause.validation import MAX_DURATION, parse_datetime, parse_duration
 from support.harness import Cluster
 
@@ -31,7 +33,13 @@ NOW = 1_800_000_000.0  # store time at which the decoded states are judged
 names = st.text(min_size=1, max_size=12)
 times = st.floats(min_value=0, max_value=4e9, allow_nan=False)
 scopes = st.one_of(
-    st.just(EVERYTHING), st.frozensets(names, min_size=1, max_size=4).map(lambda q: Scope(queues=q))
+    st.just(EVERYTHING),
+    st.builds(
+        lambda q, t, w: Scope.of(q, tasks=t, workers=w),
+        st.one_of(st.none(), st.frozensets(names, min_size=1, max_size=4)),
+        st.one_of(st.none(), st.frozensets(names, min_size=1, max_size=4)),
+        st.one_of(st.none(), st.frozensets(names, min_size=1, max_size=4)),
+    ),
 )
 holds = st.builds(
     Hold,
@@ -382,9 +390,9 @@ BAD_PAUSES: list[tuple[dict[str, Any], str]] = [
     ({"reason": "x" * (validation.MAX_REASON + 1)}, "reason longer than 1000 characters"),
     ({"reason": 42}, "reason must be a string"),
     ({"paused_by": "x" * (validation.MAX_OPERATOR + 1)}, "paused_by longer than 200"),
-    ({"queues": [f"q{i}" for i in range(validation.MAX_QUEUES + 1)]}, "at most 100 queues"),
+    ({"queues": [f"q{i}" for i in range(validation.MAX_NAMES + 1)]}, "at most 100 queues"),
     ({"queues": endless_queue_names()}, "at most 100 queues"),
-    ({"queues": ["q" * (validation.MAX_QUEUE_NAME + 1)]}, "queue name longer than 200"),
+    ({"queues": ["q" * (validation.MAX_NAME + 1)]}, "queue name longer than 200"),
     ({"queues": []}, "at least one queue"),
     ({"queues": ["ok", " "]}, "non-empty strings"),
     ({"queues": ["ok", 7]}, "non-empty strings"),
@@ -416,7 +424,7 @@ def test_bad_pause_arguments_are_refused_clearly_and_change_nothing(
 
 
 @pytest.mark.parametrize(
-    "queues", [[f"q{i}" for i in range(validation.MAX_QUEUES + 1)], ["q" * 201], []]
+    "queues", [[f"q{i}" for i in range(validation.MAX_NAMES + 1)], ["q" * 201], []]
 )
 def test_bad_resume_arguments_are_refused_and_change_nothing(
     world: Cluster, queues: list[str]
@@ -432,9 +440,7 @@ def test_bad_resume_arguments_are_refused_and_change_nothing(
 
 def test_the_largest_accepted_pause_is_stored_whole(world: Cluster) -> None:
     # Given the largest reason, operator name and queue list the API accepts
-    queues = [
-        f"{i:03d}".ljust(validation.MAX_QUEUE_NAME, "q") for i in range(validation.MAX_QUEUES)
-    ]
+    queues = [f"{i:03d}".ljust(validation.MAX_NAME, "q") for i in range(validation.MAX_NAMES)]
     reason = "r" * validation.MAX_REASON
     # When paused with them
     result = celery_pause.pause(world.app, queues=queues, reason=reason, paused_by="o" * 200)

@@ -22,6 +22,7 @@ import redis
 
 import celery_pause
 from celery_pause.breaker.status import BreakerStatus
+from celery_pause.scope import Scope
 from support.breaker_proj import AUTORETRY_TASK, CHARGE_TASK, DEPENDENCY_URL, keys
 from support.harness import AMQP_BROKER, REDIS_BROKER, Cluster, Worker, wait_for
 
@@ -440,3 +441,29 @@ def test_a_breaker_opens_only_where_a_worker_runs_its_agent(make_world: Any) -> 
     world.wait_state("closed")
     assert world.record()["period"] >= 1, "it closed through a half-open period"
     assert not world.breaker_holds()
+
+
+def test_a_breaker_without_queues_pauses_its_tasks_and_not_its_queue(make_world: Any) -> None:
+    # Given a breaker created without queues, and a dependency that is down
+    world = make_world(REDIS_BROKER, queues=None, fail_max=2, window=30, reset_timeout=2)
+    world.dependency("down")
+    worker = world.cluster.worker("w1", concurrency=2)
+    worker.wait_applied()
+
+    # When its tasks fail and it opens
+    world.send(3, duration=0.05)
+    world.wait_state("open")
+
+    # Then its hold covers exactly the tasks that use it, in every queue
+    (hold,) = world.breaker_holds()
+    assert hold.scope == Scope.of(tasks=[AUTORETRY_TASK, CHARGE_TASK])
+    # And other tasks of the same queue keep running while it is open
+    others = [world.cluster.send(f"other{i}") for i in range(4)]
+    records = world.cluster.wait_records(len(others), timeout=30)
+    assert sorted(r["id"] for r in records) == sorted(others)
+    assert world.breaker().state in ("open", "half-open")
+
+    # When the dependency is back, it closes and its tasks complete
+    world.dependency("up")
+    world.wait_state("closed")
+    world.wait_all_done()

@@ -27,7 +27,7 @@ import redis
 
 import celery_pause
 from celery_pause.errors import PauseTimeout
-from celery_pause.state import NOTHING, Scope
+from celery_pause.scope import NOTHING, Scope
 from support.harness import AMQP_BROKER, Cluster, Worker, wait_for
 from support.redis_server import RedisServer
 

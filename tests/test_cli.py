@@ -18,7 +18,8 @@ from click.testing import CliRunner, Result
 
 import celery_pause
 from celery_pause import cli
-from celery_pause.state import Hold, PauseState, Scope
+from celery_pause.scope import Scope
+from celery_pause.state import Hold, PauseState
 from celery_pause.stores import store_for
 from support.harness import AMQP_BROKER, Cluster, wait_for
 from support.proj import make_app
@@ -252,11 +253,14 @@ def test_resume_says_whether_queues_flow_and_keeps_breaker_holds_unless_forced(
     assert '  hold  breaker:smtp  on queue emails  "5 errors in 60s"' in text
     assert [h["source"] for h in status_doc(world)["holds"]] == ["manual", "breaker:smtp"]
 
-    # When one queue is resumed, the all-queue hold stays and the output says how to lift it
+    # When one queue is resumed out of the all-queue hold, that is refused and says how to
+    # lift it, and nothing changes
+    generation = celery_pause.status(world.app).state.generation
     partial = resume(world, "-Q", "sms")
-    assert partial.exit_code == 0
-    assert "No manual hold to remove on queue sms." in partial.stdout
-    assert "A hold on all queues is lifted by a resume without -Q/--queues." in partial.stdout
+    assert partial.exit_code == 2
+    assert "cannot resume queue sms out of the manual hold on all queues" in partial.stderr
+    assert "Resume its whole scope (all queues)" in partial.stderr
+    assert celery_pause.status(world.app).state.generation == generation
 
     # When everything is resumed, the manual hold goes, the breaker hold stays, and it says so
     kept = resume(world)
@@ -291,7 +295,9 @@ def test_status_counts_waiting_messages_on_redis_priority_queues_included(world:
     text = pause(world, "status").stdout
 
     # Then every one of them is counted
-    assert doc["queues"] == [{"name": world.queue(), "waiting": 5, "paused": False}]
+    assert doc["queues"] == [
+        {"name": world.queue(), "waiting": 5, "paused": False, "partly_paused": False}
+    ]
     assert f"Queues: {world.queue()} 5 waiting" in text
     assert doc["state"] == "RUNNING" and doc["workers"] == [] and doc["holds"] == []
 
@@ -306,7 +312,9 @@ def test_status_counts_waiting_messages_on_rabbitmq(redis_url: str, tmp_path: Pa
 
         # When status is asked for, a passive declare counts them
         doc = status_doc(cluster)
-        assert doc["queues"] == [{"name": cluster.queue(), "waiting": 4, "paused": False}]
+        assert doc["queues"] == [
+            {"name": cluster.queue(), "waiting": 4, "paused": False, "partly_paused": False}
+        ]
     finally:
         cluster.close()
 
@@ -321,11 +329,14 @@ def test_status_json_follows_the_schema_through_pause_and_resume(world: Cluster)
     assert doc["state"] == "PARTIAL"
     assert doc["paused_queues"] == ["emails"]
     (hold,) = doc["holds"]
-    assert set(hold) == {"id", "queues", "source", "paused_by", "reason", "paused_at", "resume_at"}
+    assert set(hold) == {
+        "id", "queues", "tasks", "workers", "source", "paused_by", "reason", "paused_at",
+        "resume_at",
+    }  # fmt: skip
     assert (hold["queues"], hold["reason"]) == (["emails"], "smtp down")
     assert doc["since"] == hold["paused_at"]
     assert doc["store"] == "redis://127.0.0.1:6379/14"
-    assert {"name": "emails", "waiting": 0, "paused": True} in doc["queues"]
+    assert {"name": "emails", "waiting": 0, "paused": True, "partly_paused": False} in doc["queues"]
 
     # When the pause covers everything, then PAUSED; when resumed, RUNNING
     assert pause(world, "--force").exit_code == 0
@@ -387,7 +398,9 @@ def test_worker_started_while_paused_fetches_nothing_and_status_shows_it(world: 
     assert report.paused is None and report.held == 0
     doc = status_doc(world)
     assert doc["workers"][0]["state"] == "paused"
-    assert doc["queues"] == [{"name": world.queue(), "waiting": 6, "paused": True}]
+    assert doc["queues"] == [
+        {"name": world.queue(), "waiting": 6, "paused": True, "partly_paused": False}
+    ]
     watch_unchanged(lambda: (status_doc(world)["queues"][0]["waiting"], world.records()), 2.0)
 
     # When resumed, every task runs

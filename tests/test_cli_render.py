@@ -12,13 +12,14 @@ from celery import Celery
 
 from celery_pause.cli.commands import masked
 from celery_pause.cli.live import LiveProgress
-from celery_pause.cli.params import DateTime, Duration, QueueList
+from celery_pause.cli.params import DateTime, Duration, NameList
 from celery_pause.cli.render import progress_lines, resume_lines, status_lines, timeout_lines
 from celery_pause.formatting import format_duration
 from celery_pause.overview import Overview, status_json, status_queues, worker_state
 from celery_pause.report import APPLIED, STARTING, WorkerReport
 from celery_pause.results import ClusterStatus, PauseResult, ResumeResult
-from celery_pause.state import EVERYTHING, Hold, PauseState, Scope, unreadable_hold
+from celery_pause.scope import EVERYTHING, Scope
+from celery_pause.state import Hold, PauseState, unreadable_hold
 
 NOW = 1_800_000_000.0
 
@@ -244,11 +245,6 @@ def test_pause_and_resume_outcomes() -> None:
     assert any("breaker:smtp hold on queue emails" in line for line in lines)
     assert lines[-1] == "Holds not set by hand stay unless you resume with --force."
 
-    # And a resume of one queue under an all-queue hold explains how to lift it
-    lines = resume_lines(ResumeResult((), (hold(),), 4), Scope.of(["x"]), force=False)
-    assert lines[0] == "No manual hold to remove on queue x."
-    assert lines[-1] == "A hold on all queues is lifted by a resume without -Q/--queues."
-
     # And a resume with nothing to do says the queues flow
     assert resume_lines(ResumeResult((), (), 4), EVERYTHING, force=False) == [
         "Nothing to resume: all queues already flow."
@@ -329,7 +325,7 @@ def convert(param_type: click.ParamType, value: str) -> object:
 
 def test_option_types_convert_or_fail_with_the_reason() -> None:
     assert convert(Duration(), "1h30m") == timedelta(minutes=90)
-    assert convert(QueueList(), " a , b ") == ["a", "b"]
+    assert convert(NameList("queue"), " a , b ") == ["a", "b"]
     ahead = datetime.now(timezone.utc) + timedelta(hours=1)
     assert convert(DateTime(), ahead.isoformat()) == ahead
     local = (datetime.now() + timedelta(hours=2)).replace(microsecond=0)
@@ -337,9 +333,9 @@ def test_option_types_convert_or_fail_with_the_reason() -> None:
     for param_type, value, message in [
         (Duration(), "soon", "not a duration"),
         (Duration(), "-5", "positive"),
-        (QueueList(), "a,,b", "empty queue name"),
-        (QueueList(), ",", "empty queue name"),
-        (QueueList(), "x" * 201, "longer than"),
+        (NameList("queue"), "a,,b", "empty queue name"),
+        (NameList("queue"), ",", "empty queue name"),
+        (NameList("queue"), "x" * 201, "longer than"),
         (DateTime(), "next tuesday", "ISO 8601"),
         (DateTime(), "2001-01-01T00:00Z", "in the past"),
     ]:

@@ -12,7 +12,8 @@ import redis
 import celery_pause
 from celery_pause import api
 from celery_pause.errors import PauseTimeout
-from celery_pause.state import EVERYTHING, UNREADABLE, Hold, PauseState, Scope
+from celery_pause.scope import EVERYTHING, Scope
+from celery_pause.state import UNREADABLE, Hold, PauseState
 from celery_pause.stores import store_for
 from support.harness import REDIS_BROKER, Cluster, Worker, wait_for
 

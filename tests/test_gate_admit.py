@@ -5,16 +5,18 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from celery_pause.state import Scope
+from celery_pause.scope import Scope
 from celery_pause.worker.gate import Gate
 
 
 @dataclass
 class FakeRequest:
-    """Pure logic: the gate only reads the id and, through ``queue_of``, the queue."""
+    """Pure logic: the gate only reads the id, the task name and, through ``queue_of``,
+    the queue."""
 
     id: str
     queue: str
+    name: str = "proj.task"
 
 
 def gate_with(passed: list[str], admitted: set[str]) -> Gate:

@@ -9,7 +9,8 @@ import pytest
 
 import celery_pause
 from celery_pause import PauseTimeout, WorkerReport
-from celery_pause.state import EVERYTHING, Hold, PauseState
+from celery_pause.scope import EVERYTHING
+from celery_pause.state import Hold, PauseState
 from celery_pause.stores import store_for
 from support.harness import Cluster, Worker, wait_for
 

@@ -14,8 +14,9 @@ from celery import Celery
 from celery_pause.errors import ConfigurationError
 from celery_pause.http.health import Probes
 from celery_pause.http.server import Request, Response
+from celery_pause.scope import EVERYTHING, NOTHING, Scope
 from celery_pause.settings import PauseConfig
-from celery_pause.state import EVERYTHING, NOTHING, Hold, Scope
+from celery_pause.state import Hold
 from celery_pause.view import GateCounters, WorkerView
 
 
@@ -46,6 +47,7 @@ def view(**changes: Any) -> WorkerView:
         since=None,
         held=0,
         counters=GateCounters(),
+        held_by_task={},
         transitions={"pause": 0, "resume": 0},
         breakers={},
         store_ok=True,
@@ -110,6 +112,16 @@ def test_metrics_without_prometheus_client_answer_with_the_install_hint(
     response = get(StandIn(view()), "/metrics")
     assert response.status == 501
     assert b"pip install 'celery-pause[metrics]'" in response.body
+
+
+def test_metrics_count_held_tasks_per_task_name() -> None:
+    # Given a worker whose gate holds two tasks of one type and one of another
+    monitor = StandIn(view(held=3, held_by_task={"proj.a": 2, "proj.b": 1}))
+
+    # When /metrics is scraped, Then each task name has its count
+    body = get(monitor, "/metrics").body
+    assert b'celery_pause_held_tasks{task="proj.a"} 2.0' in body
+    assert b'celery_pause_held_tasks{task="proj.b"} 1.0' in body
 
 
 def test_only_get_and_known_paths() -> None:

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import json
 
-from celery_pause.state import EVERYTHING, NOTHING, Hold, PauseState, Scope
+from celery_pause.scope import EVERYTHING, NOTHING, Scope
+from celery_pause.state import Hold, PauseState
 
 
 def test_scope_union_and_overlap() -> None:

@@ -101,3 +101,11 @@ def test_the_status_page_pauses_and_resumes_the_cluster(
         expect(page.locator("#message")).to_contain_text("flow again", timeout=WAIT_MS)
         expect(page.locator("#history tbody tr").first).to_contain_text("resume")
         assert not celery_pause.status(world.app).paused
+
+        # When one task type is paused through the form, Then the hold shows its tasks
+        page.fill("#pause-tasks", "proj.billing.*")
+        page.click("#pause-button")
+        expect(page.locator("#state")).to_have_text("PARTIAL", timeout=WAIT_MS)
+        expect(page.locator("#holds")).to_contain_text("tasks proj.billing.*", timeout=WAIT_MS)
+        (hold,) = celery_pause.status(world.app).holds
+        assert hold.scope.rule.tasks == {"proj.billing.*"}

@@ -12,7 +12,8 @@ import redis
 
 from celery_pause.errors import StoreError
 from celery_pause.report import APPLIED, WorkerReport
-from celery_pause.state import EVERYTHING, Hold, PauseState, Scope
+from celery_pause.scope import EVERYTHING, Scope
+from celery_pause.state import Hold, PauseState
 from celery_pause.stores.base import Store
 from celery_pause.stores.file import FileStore
 from celery_pause.stores.redis import RedisStore

@@ -98,7 +98,7 @@ class TrialAdmission:
         for request, _ in self.pause_step.gate.held:
             if request.id in self.admitted or not _uses(request.task, breaker):
                 continue
-            if breaker.scope.covers(queue_of(app, request)):
+            if breaker.guards(queue_of(app, request)):
                 return Candidate(breaker.name, period, request.id)
         return None
 
@@ -110,7 +110,7 @@ class TrialAdmission:
         channel = c.task_consumer.channel
         accept = app.conf.accept_content
         for name in self.pause_step.consumed or ():
-            if not breaker.scope.covers(name) or name not in app.amqp.queues:
+            if not breaker.guards(name) or name not in app.amqp.queues:
                 continue
             bound = app.amqp.queues[name].bind(channel)
             others: list[Message] = []

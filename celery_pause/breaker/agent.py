@@ -169,7 +169,7 @@ class BreakerAgent(threading.Thread):
         if breaker.probe is not None:
             return True
         consumed = self.admission.pause_step.consumed or ()
-        return any(breaker.scope.covers(name) for name in consumed)
+        return any(breaker.guards(name) for name in consumed)
 
     def begin(self, breaker: CircuitBreaker) -> bool:
         """Take the probe lease and start a half-open period; whether this worker did."""

@@ -32,7 +32,8 @@ from celery import Celery
 
 from ..control import notify_workers
 from ..errors import InvalidInput, StoreError
-from ..state import BREAKER_PREFIX, Hold, PauseState, Scope
+from ..scope import Scope
+from ..state import BREAKER_PREFIX, Hold, PauseState
 from ..stores import Store, store_for
 from ..validation import check_queues
 from .record import CLOSED, BreakerRecord, Policy
@@ -58,7 +59,8 @@ class CircuitBreaker:
       failed period multiplies it by ``backoff_factor`` (2), up to
       ``max_reset_timeout`` (ten times ``reset_timeout``).
     - ``exceptions`` ((ConnectionError, TimeoutError)): the exceptions that count.
-    - ``queues`` (None: every queue): the queues its hold pauses.
+    - ``queues`` (None): the queues its hold pauses; by default it pauses exactly the
+      tasks that use it, in every queue, so a breaker never stops unrelated work.
     - ``probe`` (None): a callable run by the one worker holding the probe lease;
       it fails by raising or returning ``False``. Without it, ``half_open_trials``
       (1) real tasks are let through instead.
@@ -103,7 +105,6 @@ class CircuitBreaker:
         if probe is not None and not callable(probe):
             raise InvalidInput(f"probe must be callable, got {type(probe).__name__}")
         self.queues = check_queues(queues)
-        self.scope = Scope.of(self.queues)
         self.fail_max = _count("fail_max", fail_max)
         self.window = _seconds("window", window)
         self.reset_timeout = _seconds("reset_timeout", reset_timeout)
@@ -176,7 +177,19 @@ class CircuitBreaker:
         logger.warning("celery-pause: circuit %s reset", self.name)
 
     def __repr__(self) -> str:
-        return f"<CircuitBreaker {self.name} {self.scope.describe()}>"
+        guarded = "its tasks" if self.queues is None else Scope.of(self.queues).describe()
+        return f"<CircuitBreaker {self.name} {guarded}>"
+
+    def guards(self, queue: str) -> bool:
+        """Whether a task of this breaker from ``queue`` waits while it is open: with
+        ``queues`` only from those; without, from any queue."""
+        return self.queues is None or queue in self.queues
+
+    def hold_scope(self, app: Celery) -> Scope:
+        """What its hold pauses: its ``queues``, or else exactly the tasks that use it."""
+        if self.queues is not None:
+            return Scope.of(self.queues)
+        return Scope.of(tasks=sorted(breakers_tasks(app, self)) or None)
 
     # -- the record ---------------------------------------------------------------------
     def read(self, store: Store) -> BreakerRecord:
@@ -215,11 +228,13 @@ class CircuitBreaker:
             f"last: {record.last_error}"
         )
 
+        scope = self.hold_scope(app)
+
         def add(state: PauseState, now: float) -> PauseState | None:
             if any(hold.id == hold_id for hold in state.holds):
                 return None
             hold = Hold(
-                scope=self.scope,
+                scope=scope,
                 source=self.source,
                 paused_by=paused_by,
                 reason=reason,
@@ -283,6 +298,15 @@ class CircuitBreaker:
                 self.name,
             )
         return closed
+
+
+def breakers_tasks(app: Celery, breaker: CircuitBreaker) -> set[str]:
+    """Names of ``app``'s tasks that use ``breaker``."""
+    return {
+        task.name
+        for task in list(app.tasks.values())
+        if getattr(getattr(task, "breaker", None), "name", None) == breaker.name
+    }
 
 
 def breakers_of(app: Celery) -> dict[str, CircuitBreaker]:

@@ -9,7 +9,8 @@ from celery import Celery
 
 from ..errors import StoreError
 from ..formatting import format_time
-from ..state import UNREADABLE, Scope
+from ..scope import Scope
+from ..state import UNREADABLE
 from ..stores import Store, store_for
 from .options import RECORD_PREFIX, CircuitBreaker, breakers_of
 from .record import HALF_OPEN, OPEN, BreakerRecord
@@ -43,7 +44,7 @@ class BreakerStatus:
 
     def describe(self) -> str:
         """One line for people."""
-        scope = Scope.of(self.queues).describe()
+        scope = "its tasks" if self.queues is None else Scope.of(self.queues).describe()
         parts = [f"circuit {self.name} ({scope}): {self.state}"]
         if self.state != UNREADABLE:
             parts.append(f"{self.failures}/{self.fail_max} failures in {self.window:g}s")

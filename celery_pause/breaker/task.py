@@ -119,7 +119,7 @@ def before_run(breaker: CircuitBreaker, task: Task) -> int | None:
         if record.state == HALF_OPEN and request.id in record.trials:
             return record.period
         queue = queue_of(app, request)
-        if not breaker.scope.covers(queue):
+        if not breaker.guards(queue):
             return None
         record, live = breaker.check_forced_resume(store, record)
         if record.state == CLOSED:
@@ -217,7 +217,7 @@ def republish(
     if request.called_directly or request.is_eager:
         return exc
     queue = queue_of(task.app, request)
-    waits = record is not None and record.state != CLOSED and breaker.scope.covers(queue)
+    waits = record is not None and record.state != CLOSED and breaker.guards(queue)
     headers = dict(request.headers or {})
     delay: float | None = None
     if not waits:

@@ -27,10 +27,19 @@ from ..errors import AlreadyPaused, ConfigurationError, InvalidInput, PauseTimeo
 from ..history import format_history
 from ..overview import PAUSED, RUNNING, cluster_state, overview
 from ..results import PauseResult
+from ..scope import Scope
 from ..settings import config_for
-from ..state import Scope
 from .live import LiveProgress
-from .params import QUEUES_OPTION, DateTime, Duration, check_by, check_reason, check_timeout
+from .params import (
+    QUEUES_OPTION,
+    TASKS_OPTION,
+    WORKERS_OPTION,
+    DateTime,
+    Duration,
+    check_by,
+    check_reason,
+    check_timeout,
+)
 from .render import pause_lines, resume_lines, status_lines, timeout_lines
 from .serve import serve
 
@@ -92,7 +101,10 @@ def operator_errors(ctx: click.Context) -> Iterator[None]:
 
 
 # -- pause --------------------------------------------------------------------------------------
-PAUSE_OPTIONS = ("reason", "by", "queues", "resume_after", "resume_at", "force", "wait", "timeout")
+PAUSE_OPTIONS = (
+    "reason", "by", "queues", "tasks", "workers", "resume_after", "resume_at", "force", "wait",
+    "timeout",
+)  # fmt: skip
 
 
 @click.group(
@@ -105,6 +117,8 @@ PAUSE_OPTIONS = ("reason", "by", "queues", "resume_after", "resume_at", "force",
     help="Who pauses, for the record (default: user@host).",
 )  # fmt: skip
 @QUEUES_OPTION
+@TASKS_OPTION
+@WORKERS_OPTION
 @click.option(
     "--resume-after", type=Duration(),
     help="Resume automatically after DURATION: 90s, 30m, 2h, 1h30m or plain seconds.",
@@ -130,13 +144,16 @@ def pause(
     reason: str | None,
     by: str | None,
     queues: list[str] | None,
+    tasks: list[str] | None,
+    workers: list[str] | None,
     resume_after: timedelta | None,
     resume_at: datetime | None,
     force: bool,
     wait: bool,
     timeout: float,
 ) -> None:
-    """Pause task processing on every worker, for every queue or for -Q queues.
+    """Pause task processing: every task on every worker, or the -Q queues, the --tasks
+    (names or patterns) and the -d workers given (each dimension narrows the pause).
 
     Running tasks finish; no new task starts (prefetched and ETA tasks included)
     until `celery resume` or the auto-resume time. Workers started later start
@@ -148,7 +165,7 @@ def pause(
     ]  # fmt: skip
     if ctx.invoked_subcommand is not None:
         if given:
-            option = "--" + given[0].replace("_", "-")
+            option = "--" + given[0].replace("_", "-").replace("workers", "destination")
             raise click.UsageError(
                 f"{option} belongs to `pause` itself, not to `pause {ctx.invoked_subcommand}`",
                 ctx,
@@ -171,6 +188,8 @@ def pause(
                 reason=reason,
                 paused_by=by,
                 queues=queues,
+                tasks=tasks,
+                workers=workers,
                 resume_after=resume_after,
                 resume_at=resume_at,
                 force=force,
@@ -195,10 +214,12 @@ def pause(
 
 def confirmations(ctx: click.Context, result: PauseResult, *, waited: bool) -> None:
     """Say who confirmed the pause, or warn that no live worker is there to apply it."""
+    warning = ctx.obj.style("Warning:", fg="yellow", bold=True)
+    for text in result.warnings:
+        ctx.obj.error(f"{warning} {text}.")
     status = api.status(ctx.obj.app)
     workers = result.workers if waited else status.workers
     if not workers:
-        warning = ctx.obj.style("Warning:", fg="yellow", bold=True)
         ctx.obj.error(
             f"{warning} no live worker reports to {status.store}. The pause is "
             "recorded: workers that start later start paused."
@@ -243,17 +264,27 @@ pause.add_command(serve)
 # -- resume -------------------------------------------------------------------------------------
 @click.command(cls=CeleryCommand, short_help="Resume the queues paused by hand.")
 @QUEUES_OPTION
+@TASKS_OPTION
+@WORKERS_OPTION
 @click.option(
     "--force", is_flag=True,
     help="Remove every hold in scope, those of circuit breakers too.",
 )  # fmt: skip
 @click.pass_context
-def resume(ctx: click.Context, queues: list[str] | None, force: bool) -> None:
-    """Resume the queues paused by hand (every queue, or -Q queues).
+def resume(
+    ctx: click.Context,
+    queues: list[str] | None,
+    tasks: list[str] | None,
+    workers: list[str] | None,
+    force: bool,
+) -> None:
+    """Resume what was paused by hand: everything, or within the -Q queues, --tasks and -d
+    workers given.
 
     Says whether the queues now flow, or what still holds them.
     """
     with operator_errors(ctx):
-        result = api.resume(ctx.obj.app, queues=queues, force=force)
-    for line in resume_lines(result, Scope.of(queues), force=force):
+        result = api.resume(ctx.obj.app, queues=queues, tasks=tasks, workers=workers, force=force)
+    asked = Scope.of(queues, tasks=tasks, workers=workers)
+    for line in resume_lines(result, asked, force=force):
         ctx.obj.echo(line)

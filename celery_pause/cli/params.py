@@ -9,7 +9,7 @@ from typing import Any
 import click
 
 from ..errors import InvalidInput
-from ..validation import check_queues, parse_datetime, parse_duration
+from ..validation import check_names, parse_datetime, parse_duration
 from ..validation import check_reason as check_reason_text
 
 
@@ -45,19 +45,22 @@ class DateTime(click.ParamType):  # type: ignore[type-arg]
         return moment
 
 
-class QueueList(click.ParamType):  # type: ignore[type-arg]
-    """Comma-separated queue names, none of them empty."""
+class NameList(click.ParamType):  # type: ignore[type-arg]
+    """Comma-separated names of ``kind`` (queue, task or worker), none of them empty."""
 
     name = "a,b"
+
+    def __init__(self, kind: str = "queue") -> None:
+        self.kind = kind
 
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
         if isinstance(value, list):
             return value
         names = [name.strip() for name in str(value).split(",")]
         if not all(names):
-            self.fail(f"empty queue name in {value!r}", param, ctx)
+            self.fail(f"empty {self.kind} name in {value!r}", param, ctx)
         try:
-            return check_queues(names)
+            return check_names(names, self.kind)
         except InvalidInput as exc:
             self.fail(str(exc), param, ctx)
 
@@ -81,8 +84,15 @@ def check_by(ctx: click.Context, param: click.Parameter, value: str | None) -> s
     return value.strip() if value else None
 
 
-QUEUES = QueueList()
 QUEUES_OPTION = click.option(
-    "-Q", "--queues", type=QUEUES, default=None, metavar="Q1,Q2",
+    "-Q", "--queues", type=NameList("queue"), default=None, metavar="Q1,Q2",
     help="Comma-separated queue names (default: every queue).",
+)  # fmt: skip
+TASKS_OPTION = click.option(
+    "--tasks", type=NameList("task"), default=None, metavar="T1,T2",
+    help="Comma-separated task names or patterns, e.g. proj.billing.* (default: every task).",
+)  # fmt: skip
+WORKERS_OPTION = click.option(
+    "-d", "--destination", "workers", type=NameList("worker"), default=None, metavar="W1,W2",
+    help="Comma-separated worker hostnames or patterns, e.g. w1@* (default: every worker).",
 )  # fmt: skip

@@ -13,7 +13,8 @@ from ..formatting import format_duration, format_time
 from ..overview import Depths, Overview, cluster_state, since, worker_state
 from ..report import APPLIED, WorkerReport
 from ..results import ClusterStatus, PauseResult, ResumeResult
-from ..state import Hold, Scope
+from ..scope import Scope
+from ..state import Hold
 
 
 # -- small pieces ------------------------------------------------------------------------
@@ -63,11 +64,16 @@ def pause_lines(result: PauseResult) -> list[str]:
     hold = result.hold
     if hold.scope.everything:
         head = "Paused all queues: running tasks will finish, no new task will start."
-    else:
+    elif hold.scope.rule.tasks is None and hold.scope.rule.workers is None:
         them = "it" if len(hold.scope.queues) == 1 else "them"
         head = (
             f"Paused {hold.scope.describe()}: running tasks from {them} will finish, "
             f"no new task from {them} will start."
+        )
+    else:
+        head = (
+            f"Paused {hold.scope.describe()}: running tasks will finish, no new task of "
+            "that scope will start; other tasks flow."
         )
     lines = [f"{head} {auto_resume_text(hold.resume_at, hold.paused_at)}"]
     for old in result.replaced:
@@ -93,8 +99,6 @@ def resume_lines(result: ResumeResult, asked: Scope, *, force: bool) -> list[str
     lines.extend("  " + hold.describe() for hold in result.remaining)
     if not force and any(not h.manual for h in result.remaining):
         lines.append("Holds not set by hand stay unless you resume with --force.")
-    if not asked.everything and any(h.scope.everything for h in result.remaining):
-        lines.append("A hold on all queues is lifted by a resume without -Q/--queues.")
     return lines
 
 
@@ -197,7 +201,13 @@ def queues_line(status: ClusterStatus, depths: Depths) -> str:
     parts = []
     for name, waiting in sorted(depths.items()):
         count = "?" if waiting is None else f"{waiting:,}"
-        mark = " (paused)" if status.paused.covers(name) and status.paused else ""
+        mark = (
+            " (paused)"
+            if status.paused.covers(name)
+            else " (partly paused)"
+            if status.paused.touches(name)
+            else ""
+        )
         parts.append(f"{name} {count} waiting{mark}")
     line = "Queues: " + "   ".join(parts)
     if any(waiting is None for waiting in depths.values()):

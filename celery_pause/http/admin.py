@@ -39,8 +39,10 @@ logger = logging.getLogger(__name__)
 
 HISTORY_SHOWN = 20
 DEPTH_CACHE = 2.0
-PAUSE_FIELDS = ("reason", "by", "queues", "resume_after", "resume_at", "force")
-RESUME_FIELDS = ("queues", "force", "by")
+PAUSE_FIELDS = (
+    "reason", "by", "queues", "tasks", "workers", "resume_after", "resume_at", "force",
+)  # fmt: skip
+RESUME_FIELDS = ("queues", "tasks", "workers", "force", "by")
 STATIC = {
     "/": ("index.html", "text/html; charset=utf-8"),
     "/page.js": ("page.js", "text/javascript; charset=utf-8"),
@@ -140,7 +142,9 @@ class AdminAPI:
             self.app,
             reason=_opt_text(body, "reason"),
             paused_by=_opt_text(body, "by") or _caller(request),
-            queues=_queues(body),
+            queues=_names(body, "queues"),
+            tasks=_names(body, "tasks"),
+            workers=_names(body, "workers"),
             resume_after=_duration(resume_after) if resume_after not in (None, "") else None,
             resume_at=_moment(resume_at) if resume_at not in (None, "") else None,
             force=_flag(body, "force"),
@@ -151,6 +155,7 @@ class AdminAPI:
             {
                 "paused": result.hold.scope.names(),
                 "hold": result.hold.to_json(),
+                "warnings": list(result.warnings),
                 "generation": result.generation,
                 "replaced": [h.to_json() for h in result.replaced],
             },
@@ -160,7 +165,9 @@ class AdminAPI:
         body = _body(request, RESUME_FIELDS)
         result = resume(
             self.app,
-            queues=_queues(body),
+            queues=_names(body, "queues"),
+            tasks=_names(body, "tasks"),
+            workers=_names(body, "workers"),
             force=_flag(body, "force"),
             resumed_by=_opt_text(body, "by") or _caller(request),
         )
@@ -247,15 +254,15 @@ def _flag(body: dict[str, Any], key: str) -> bool:
     return value
 
 
-def _queues(body: dict[str, Any]) -> list[str] | None:
+def _names(body: dict[str, Any], key: str) -> list[str] | None:
     """A list of names, or a comma-separated string as on the command line; empty means all."""
-    value = body.get("queues")
+    value = body.get(key)
     if value is None or value == "" or value == []:
         return None
     if isinstance(value, str):
         value = value.split(",")
     if not isinstance(value, list) or not all(isinstance(q, str) for q in value):
-        raise InvalidInput("queues must be a list of names or a comma-separated string")
+        raise InvalidInput(f"{key} must be a list of names or a comma-separated string")
     return value
 
 

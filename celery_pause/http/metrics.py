@@ -1,7 +1,7 @@
 """Prometheus metrics of one worker's pause (needs ``pip install 'celery-pause[metrics]'``).
 
 Every value is read from the worker at scrape time. Labels are bounded: queue
-names the worker consumes, hold sources (``manual``, ``unreadable``,
+names the worker consumes, registered task names, hold sources (``manual``, ``unreadable``,
 ``breaker:<name>``), breaker names, and fixed words; never task ids or reasons.
 """
 
@@ -48,7 +48,7 @@ class PauseCollector:
             labels=["queue"],
         )
         for queue in view.consumed:
-            queue_paused.add_metric([queue], 1.0 if view.scope.covers(queue) else 0.0)
+            queue_paused.add_metric([queue], 1.0 if queue in view.paused_queues else 0.0)
         yield queue_paused
 
         yield GaugeMetricFamily(
@@ -95,6 +95,14 @@ class PauseCollector:
             "Task messages the gate holds right now.",
             value=float(view.held),
         )
+        by_task = GaugeMetricFamily(
+            "celery_pause_held_tasks",
+            "Task messages the gate holds right now, by task name.",
+            labels=["task"],
+        )
+        for task, count in sorted(view.held_by_task.items()):
+            by_task.add_metric([task], float(count))
+        yield by_task
 
         breakers = GaugeMetricFamily(
             "celery_pause_breaker_open",

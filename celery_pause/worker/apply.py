@@ -22,8 +22,9 @@ from .. import (
 )
 from ..errors import ConfigurationError
 from ..routing import QueueResolver
+from ..scope import EVERYTHING, NOTHING, Scope
 from ..settings import config_for
-from ..state import EVERYTHING, NOTHING, Hold, Scope
+from ..state import Hold
 from ..stores import Snapshot, store_for
 from ..view import GateCounters
 from .gate import Gate
@@ -50,7 +51,12 @@ class ApplyStep(bootsteps.StartStopStep):
         self.store = store_for(c.app)
         self.consumer = c
         self.consumed: list[str] | None = None
-        self.gate = Gate(c.on_task_request, QueueResolver(c.app))
+        self.gate = Gate(
+            c.on_task_request,
+            QueueResolver(c.app),
+            hostname=c.hostname,
+            qos=lambda: getattr(self.consumer, "qos", None),
+        )
         c.on_task_request = self.gate
         c.celery_pause = self
         self.applied: Applied | None = None
@@ -80,6 +86,20 @@ class ApplyStep(bootsteps.StartStopStep):
         """Report that this worker runs the agents of the breakers ``names``."""
         self.breakers = tuple(names)
         self.sync.publish_now()
+
+    def describe(self) -> dict[str, Any]:
+        """What this worker applies, holds and runs in scope (``inspect pause_state``)."""
+        generation, scope = self.applied or (-1, NOTHING)
+        hostname = self.consumer.hostname
+        return {
+            "generation": generation,
+            "scope": scope.to_json(),
+            "holds": [h.to_json() for h in self.holds if h.scope.for_worker(hostname)],
+            "held": self.gate.held_by_task(),
+            "running": [
+                {"id": task_id, "name": name} for task_id, name in self.gate.running_tasks(scope)
+            ],
+        }
 
     @property
     def store_ok(self) -> bool:
@@ -117,7 +137,8 @@ class ApplyStep(bootsteps.StartStopStep):
             )
             return -1, EVERYTHING
         self.holds = snapshot.state.live_holds(snapshot.now)
-        return snapshot.state.generation, snapshot.state.paused(snapshot.now)
+        paused = snapshot.state.paused(snapshot.now).for_worker(self.consumer.hostname)
+        return snapshot.state.generation, paused
 
     def stop(self, c: Consumer) -> None:
         # Connection lost or worker stopping: hand held messages back while we can;
@@ -137,7 +158,8 @@ class ApplyStep(bootsteps.StartStopStep):
     # -- state changes ----------------------------------------------------------------
     def _deliver(self, snapshot: Snapshot) -> None:
         """From the sync thread: close the gate at once, apply the rest on the loop."""
-        latest = (snapshot.state.generation, snapshot.state.paused(snapshot.now))
+        paused = snapshot.state.paused(snapshot.now).for_worker(self.consumer.hostname)
+        latest = (snapshot.state.generation, paused)
         if self.applied == latest:
             return
         self.holds = snapshot.state.live_holds(snapshot.now)
@@ -164,7 +186,7 @@ class ApplyStep(bootsteps.StartStopStep):
             # deliveries reach the consumer before the loop has set its callback.
             listed = {queue.name for queue in c.task_consumer.queues}
             for name in self.consumed or ():
-                if scope.covers(name):
+                if scope.covers(name, None, c.hostname):
                     if name in listed:
                         c.cancel_task_queue(name)
                 elif name not in listed:
@@ -172,6 +194,9 @@ class ApplyStep(bootsteps.StartStopStep):
         semaphore = getattr(c.controller, "semaphore", None)
         if semaphore is not None:
             self.gate.take_waiters(semaphore)
+        drained = self.gate.return_drained()
+        if drained:
+            logger.info("celery-pause: returned %d task(s) of drained queues", drained)
         self.gate.release()
         self.applied = (generation, scope)
         self.sync.publish_now()

@@ -23,8 +23,9 @@ from celery.worker.consumer.events import Events
 
 from .. import signals
 from ..formatting import format_duration, format_time
+from ..scope import NOTHING, Scope
 from ..settings import PauseConfig, config_for
-from ..state import NOTHING, Hold, Scope
+from ..state import Hold
 from ..view import GateCounters, WorkerView, breakers_in
 from .apply import ApplyStep
 
@@ -155,6 +156,7 @@ class Monitor:
             since=None,
             held=len(step.gate.held) if step is not None else 0,
             counters=step.counters if step is not None else GateCounters(),
+            held_by_task=step.gate.held_by_task() if step is not None else {},
             transitions=transitions,
             breakers={name: name in open_breakers for name in sorted(seen | open_breakers)},
             store_ok=step.store_ok if step is not None else False,

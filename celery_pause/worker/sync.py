@@ -18,8 +18,8 @@ from collections.abc import Callable
 from ..errors import StoreError
 from ..logs import ThrottledLog
 from ..report import APPLIED, STARTING, WorkerReport
+from ..scope import Scope
 from ..settings import PauseConfig
-from ..state import Scope
 from ..stores import Snapshot, Store
 from .gate import Gate
 

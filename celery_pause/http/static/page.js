@@ -26,6 +26,15 @@ function scope(queues) {
   return queues.length ? queues.join(", ") : "no queue";
 }
 
+function holdScope(h) {
+  // Every dimension of a hold, history entry or pause result: tasks, queues, workers.
+  const parts = [];
+  if (h.tasks) parts.push("tasks " + h.tasks.join(", "));
+  if (h.queues || !h.tasks) parts.push((h.tasks ? "in " : "") + scope(h.queues));
+  if (h.workers) parts.push("on " + h.workers.join(", "));
+  return parts.join(" ");
+}
+
 function fill(id, rows) {
   const body = document.querySelector("#" + id + " tbody");
   body.replaceChildren();
@@ -63,7 +72,7 @@ function render(doc) {
   document.getElementById("updated").textContent =
     "generation " + doc.generation + " · updated " + when(doc.now);
   fill("holds", doc.holds.map((h) => [
-    h.source, scope(h.queues), h.paused_by, h.reason, when(h.paused_at), when(h.resume_at) || "—",
+    h.source, holdScope(h), h.paused_by, h.reason, when(h.paused_at), when(h.resume_at) || "—",
   ]));
   fill("breakers", doc.breakers.map((b) => [
     b.name, b.state, scope(b.queues), b.failures + "/" + b.fail_max, when(b.opened_at),
@@ -74,10 +83,11 @@ function render(doc) {
     Math.max(0, doc.now - w.seen).toFixed(1) + "s ago",
   ]));
   fill("queues", doc.queues.map((q) => [
-    q.name, q.waiting === null ? "?" : q.waiting, q.paused ? "paused" : "flowing",
+    q.name, q.waiting === null ? "?" : q.waiting,
+    q.paused ? "paused" : q.partly_paused ? "partly paused" : "flowing",
   ]));
   fill("history", doc.history.map((e) => [
-    when(e.at), e.action, e.source, scope(e.queues), e.by, e.reason,
+    when(e.at), e.action, e.source, holdScope(e), e.by, e.reason,
   ]));
 }
 
@@ -124,7 +134,7 @@ async function submit(event, path) {
   if (!response.ok) {
     say(doc.error || "error " + response.status, "error");
   } else if (path === "pause") {
-    say("Paused " + scope(doc.paused) + " (generation " + doc.generation + ").", "ok");
+    say("Paused " + holdScope(doc.hold) + " (generation " + doc.generation + ").", "ok");
     form.reset();
   } else {
     const rest = doc.remaining.length
