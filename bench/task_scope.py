@@ -37,6 +37,7 @@ def drain(cluster: Cluster, tasks: int, tag: str) -> float:
     before = len(cluster.records())
     for i in range(tasks):
         cluster.send(f"{tag}{i}")
+
     def arrived() -> list[dict[str, Any]] | None:
         records = cluster.records()[before:]
         return records if len(records) >= tasks else None
