@@ -176,7 +176,7 @@ def test_names_are_checked_and_defaults_are_documented_values() -> None:
     breaker = CircuitBreaker("payments-api")
     assert (breaker.fail_max, breaker.window, breaker.reset_timeout) == (5, 60.0, 30.0)
     assert breaker.exceptions == (ConnectionError, TimeoutError)
-    assert breaker.scope.everything and breaker.source == "breaker:payments-api"
+    assert breaker.queues is None and breaker.source == "breaker:payments-api"
     assert (breaker.half_open_trials, breaker.success_threshold) == (1, 1)
     assert breaker.max_reset_timeout == 300.0
     assert breaker.counts(ConnectionRefusedError()) and not breaker.counts(ValueError())

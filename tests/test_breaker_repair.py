@@ -80,7 +80,7 @@ def test_a_removed_hold_closes_the_breaker_and_a_stale_one_is_dropped(app: Celer
     tripped(app, breaker)
     agent = agent_for(app, breaker)
     agent.reconcile(breaker)
-    add_hold(app, Hold(scope=breaker.scope, source="breaker:dep", id="old"))
+    add_hold(app, Hold(scope=breaker.hold_scope(app), source="breaker:dep", id="old"))
     celery_pause.pause(app, queues=["payments"], reason="maintenance")
 
     # When a worker looks at it, the stale hold goes and the current one stays

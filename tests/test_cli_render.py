@@ -189,8 +189,8 @@ def test_status_json_schema() -> None:
     ]
     assert doc["totals"] == {"workers": 1, "paused": 0, "running_in_scope": 1, "held": 2}
     assert doc["queues"] == [
-        {"name": "emails", "waiting": 7, "paused": True},
-        {"name": "web", "waiting": None, "paused": False},
+        {"name": "emails", "waiting": 7, "paused": True, "partly_paused": False},
+        {"name": "web", "waiting": None, "paused": False, "partly_paused": False},
     ]
 
 
