@@ -103,7 +103,8 @@ def _store_from_broker(app: Celery) -> str:
     if scheme in REDIS_SCHEMES:
         return str(broker)
     raise ConfigurationError(
-        "celery-pause needs a store: set pause_store_url (redis://… or file:///dir); "
+        "celery-pause needs a store: set pause_store_url (redis://…, db+postgresql+psycopg://…, "
+        "file:///dir, …); "
         f"only a Redis broker doubles as the store, and this broker is {scheme or 'unset'!r}"
     )
 

@@ -29,6 +29,7 @@ from ..overview import PAUSED, RUNNING, cluster_state, overview
 from ..results import PauseResult
 from ..settings import config_for
 from ..state import Scope
+from .init_store import init_store
 from .live import LiveProgress
 from .params import QUEUES_OPTION, DateTime, Duration, check_by, check_reason, check_timeout
 from .render import pause_lines, resume_lines, status_lines, timeout_lines
@@ -238,6 +239,7 @@ def status(ctx: click.Context, as_json: bool, with_history: bool) -> None:
 
 
 pause.add_command(serve)
+pause.add_command(init_store)
 
 
 # -- resume -------------------------------------------------------------------------------------
