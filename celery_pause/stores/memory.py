@@ -44,6 +44,12 @@ class Space:
     records: dict[str, bytes] = field(default_factory=dict)
     leases: dict[str, tuple[str, float]] = field(default_factory=dict)
 
+    def clear(self) -> None:
+        with self.lock:
+            self.state = None
+            for kept in (self.workers, self.logs, self.events, self.records, self.leases):
+                kept.clear()
+
 
 _spaces: dict[tuple[str, str], Space] = {}
 _spaces_lock = threading.Lock()
@@ -56,9 +62,12 @@ def space_for(url: str, prefix: str) -> Space:
 
 
 def forget_all() -> None:
-    """Drop every memory store's contents in this process (between tests)."""
+    """Empty every memory store of this process (between tests); stores already open
+    stay usable and see the empty state."""
     with _spaces_lock:
-        _spaces.clear()
+        spaces = list(_spaces.values())
+    for space in spaces:
+        space.clear()
 
 
 class MemoryStore(Store):
