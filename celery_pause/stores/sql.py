@@ -18,7 +18,7 @@ from typing import Any, TypeVar
 
 import sqlalchemy as sa
 
-from ..errors import InvalidInput, StoreError
+from ..errors import ConfigurationError, InvalidInput, StoreError
 from ..report import WorkerReport
 from ..state import PauseState
 from .base import (
@@ -50,7 +50,9 @@ class SqlStore(Store):
     def __init__(self, url: str, prefix: str, *, timeout: float = 2.0) -> None:
         super().__init__(url, prefix)
         if not prefix or len(prefix) > PREFIX_LENGTH:
-            raise InvalidInput(f"the SQL store needs a key prefix of 1-{PREFIX_LENGTH} characters")
+            raise ConfigurationError(
+                f"pause_key_prefix must be 1-{PREFIX_LENGTH} characters for the SQL store"
+            )
         self.engine = open_engine(url, timeout=timeout)
         self._pid = os.getpid()
         self._ready = False
