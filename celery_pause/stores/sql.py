@@ -171,11 +171,10 @@ class SqlStore(Store):
         check_key(key)
 
         def work(conn: sa.Connection) -> bool:
-            now = clock(conn)
-            holder = self._lease(conn, key, now, lock=True)
-            if holder is not None and holder[0] != owner:
+            holder, exists, now = self._lease(conn, key, lock=True)
+            if holder is not None and holder != owner:
                 return False
-            self._put(conn, LEASE, key, json.dumps(owner), exists=None, expires=now + ttl)
+            self._put(conn, LEASE, key, json.dumps(owner), exists=exists, expires=now + ttl)
             return True
 
         return self._run(work)
@@ -184,8 +183,7 @@ class SqlStore(Store):
         check_key(key)
 
         def work(conn: sa.Connection) -> bool:
-            holder = self._lease(conn, key, clock(conn), lock=True)
-            if holder is None or holder[0] != owner:
+            if self._lease(conn, key, lock=True)[0] != owner:
                 return False
             self._delete(conn, LEASE, key)
             return True
@@ -194,12 +192,7 @@ class SqlStore(Store):
 
     def lease_owner(self, key: str) -> str | None:
         check_key(key)
-
-        def work(conn: sa.Connection) -> str | None:
-            holder = self._lease(conn, key, clock(conn), lock=False)
-            return None if holder is None else holder[0]
-
-        return self._run(work, write=False)
+        return self._run(lambda conn: self._lease(conn, key, lock=False)[0], write=False)
 
     def init(self) -> str:
         with self._failing():
@@ -235,7 +228,8 @@ class SqlStore(Store):
         exists: bool | None,
         expires: float | None = None,
     ) -> None:
-        """Write a row locked by :meth:`_lock` (``exists`` ``None``: not known)."""
+        """Write a row read and locked in this transaction (``exists``: whether it was
+        there), or, with ``exists`` ``None``, whatever is there (last writer wins)."""
         if exists is not False:
             update = sa.update(values).where(self._where(kind, name))
             if conn.execute(update.values(value=value, expires=expires)).rowcount or exists:
@@ -253,18 +247,22 @@ class SqlStore(Store):
         return [(row[0], row[1]) for row in conn.execute(query)]
 
     def _lease(
-        self, conn: sa.Connection, key: str, now: float, *, lock: bool
-    ) -> tuple[str, float] | None:
-        """The live lease ``(owner, expires)``; an expired or unreadable one is free."""
+        self, conn: sa.Connection, key: str, *, lock: bool
+    ) -> tuple[str | None, bool, float]:
+        """The lease's live owner (``None`` if free or expired), whether its row exists,
+        and the database's clock, read after the row lock."""
         query = sa.select(values.c.value, values.c.expires).where(self._where(LEASE, key))
         row = conn.execute(query.with_for_update() if lock else query).first()
-        if row is None or row[1] is None or float(row[1]) <= now:
-            return None
+        now = clock(conn)
+        if row is None:
+            return None, False, now
+        if row[1] is None or float(row[1]) <= now:
+            return None, True, now
         try:
             owner = json.loads(row[0])
         except ValueError:
-            return "<unreadable>", float(row[1])
-        return (owner if isinstance(owner, str) else "<unreadable>"), float(row[1])
+            owner = None
+        return (owner if isinstance(owner, str) else "<unreadable>"), True, now
 
     # -- transactions -----------------------------------------------------------------------
     def _run(self, work: Callable[[sa.Connection], T], *, write: bool = True) -> T:
