@@ -8,12 +8,12 @@ from celery import Celery
 from kombu.utils.url import sanitize_url
 
 from ..errors import ConfigurationError
-from ..settings import REDIS_SCHEMES, PauseConfig, config_for
+from ..settings import REDIS_SCHEMES, SENTINEL_SCHEME, PauseConfig, config_for
 from .base import Snapshot, Store
 
 __all__ = ("Snapshot", "Store", "open_store", "store_for")
 
-SCHEMES = "redis://, rediss://, unix://, db+<SQLAlchemy URL>, file:///dir or memory://"
+SCHEMES = "redis://, rediss://, unix://, sentinel://, db+<SQLAlchemy URL>, file:///dir or memory://"
 
 
 def open_store(config: PauseConfig) -> Store:
@@ -24,6 +24,12 @@ def open_store(config: PauseConfig) -> Store:
         from .redis import RedisStore
 
         return RedisStore(url, config.key_prefix, timeout=config.store_timeout)
+    if scheme == SENTINEL_SCHEME:
+        from .sentinel import SentinelStore
+
+        return SentinelStore(
+            url, config.key_prefix, options=config.store_options, timeout=config.store_timeout
+        )
     if scheme.startswith("db+"):
         if importlib.util.find_spec("sqlalchemy") is None:
             raise ConfigurationError(
@@ -41,9 +47,11 @@ def open_store(config: PauseConfig) -> Store:
         from .memory import MemoryStore
 
         return MemoryStore(url, config.key_prefix)
-    raise ConfigurationError(
-        f"pause_store_url {sanitize_url(url)!r} has an unknown scheme; use {SCHEMES}"
-    )
+    try:
+        shown = sanitize_url(url)
+    except ValueError:
+        shown = "<unreadable URL>"
+    raise ConfigurationError(f"pause_store_url {shown!r} has an unknown scheme; use {SCHEMES}")
 
 
 def store_for(app: Celery) -> Store:
