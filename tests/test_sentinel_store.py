@@ -148,3 +148,7 @@ def test_sentinel_urls_are_checked_and_never_show_the_password() -> None:
     assert SECRET not in str(down.value)
     with pytest.raises(ConfigurationError, match="not a Sentinel URL"):
         SentinelStore(f"sentinel://:{SECRET}@h:1;redis://h:2", "p", options={"master_name": "m"})
+    app = make_app(namespace="s", broker=REDIS_BROKER, store=url)
+    app.conf.pause_store_transport_options = "master_name=m"
+    with pytest.raises(ConfigurationError, match="pause_store_transport_options must be a dict"):
+        config_for(app)

@@ -9,13 +9,17 @@ holds it too (``WAIT``), so a failover does not lose an acknowledged pause.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
 import redis.sentinel
 from kombu.utils.url import sanitize_url
+from redis.backoff import NoBackoff
+from redis.retry import Retry
 
-from ..errors import ConfigurationError
+from ..errors import ConfigurationError, StoreError
 from .redis import RedisStore
 
 SSL_OPTIONS = ("ssl", "ssl_cert_reqs", "ssl_ca_certs", "ssl_certfile", "ssl_keyfile")
@@ -43,9 +47,11 @@ class SentinelStore(RedisStore):
         if isinstance(replicas, bool) or not isinstance(replicas, int) or replicas < 0:
             raise ConfigurationError(f"wait_replicas must be 0 or more, got {replicas!r}")
         timeouts = {"socket_timeout": timeout, "socket_connect_timeout": timeout}
+        # Asking the sentinels tries each in turn: no retries of one that does not answer.
+        once = {"retry": Retry(NoBackoff(), 0)}
         sentinel = redis.sentinel.Sentinel(  # type: ignore[no-untyped-call]
             hosts,
-            sentinel_kwargs={**timeouts, **sentinel_kwargs},
+            sentinel_kwargs={**timeouts, **once, **sentinel_kwargs},
             db=db,
             username=username,
             password=password,
@@ -59,6 +65,19 @@ class SentinelStore(RedisStore):
     @property
     def display_url(self) -> str:
         return display(self.url)
+
+    @contextmanager
+    def _failing(self) -> Iterator[None]:
+        try:
+            with super()._failing():
+                yield
+        except StoreError as exc:
+            if isinstance(exc.__context__, redis.sentinel.MasterNotFoundError):
+                raise StoreError(
+                    f"pause store {self.display_url} failed: no sentinel answered with a "
+                    f"master {self.master_name!r}"
+                ) from None
+            raise
 
 
 def parse(url: str) -> tuple[list[tuple[str, int]], int, str | None, str | None]:
