@@ -57,7 +57,8 @@ class SentinelSetup:
 
     def __enter__(self) -> SentinelSetup:
         self.tmp.mkdir(parents=True, exist_ok=True)
-        plain = ("--bind", "127.0.0.1", "--save", "", "--appendonly", "no")
+        # Replication writes a snapshot for the replica's first sync: into tmp, not the cwd.
+        plain = ("--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", str(self.tmp))
         self._server("--port", str(self.master_port), *plain)
         wait_for(lambda: answers("127.0.0.1", self.master_port), timeout=10, what="the master")
         if self.replica_port is not None:
