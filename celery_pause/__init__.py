@@ -14,6 +14,7 @@ from .errors import (
     InvalidInput,
     PauseError,
     PauseTimeout,
+    SchemaError,
     StoreError,
 )
 from .history import HistoryEntry, format_history, history
@@ -41,6 +42,7 @@ __all__ = (
     "PauseStep",
     "PauseTimeout",
     "ResumeResult",
+    "SchemaError",
     "Scope",
     "StoreError",
     "WorkerReport",

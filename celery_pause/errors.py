@@ -23,6 +23,10 @@ class StoreError(PauseError):
     """The pause store could not be read or written."""
 
 
+class SchemaError(StoreError):
+    """The store's tables have a layout (schema version) this release cannot use."""
+
+
 class AlreadyPaused(PauseError):
     """The scope already has a manual hold; pass ``force=True`` to replace it."""
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from celery import Celery
@@ -12,8 +12,10 @@ from celery.app import utils as celery_app_utils
 from .errors import ConfigurationError
 
 REDIS_SCHEMES = ("redis", "rediss", "unix")
+SENTINEL_SCHEME = "sentinel"
 DEFAULTS: dict[str, Any] = {
     "pause_store_url": None,
+    "pause_store_transport_options": None,
     "pause_key_prefix": None,
     "pause_poll_interval": 2.0,
     "pause_max_hold": 300.0,
@@ -44,6 +46,9 @@ class PauseConfig:
     warn_after: float | None = 3600.0
     warn_every: float = 900.0
     history_size: int = 500
+    store_options: dict[str, Any] = field(default_factory=dict)
+    """Options of a ``sentinel://`` store: ``pause_store_transport_options``, or the
+    broker's transport options when the broker doubles as the store."""
 
     @classmethod
     def from_app(cls, app: Celery) -> PauseConfig:
@@ -53,8 +58,17 @@ class PauseConfig:
         if prefix is None:
             prefix = f"celery-pause:{app.main or 'default'}"
         poll_interval = _positive(values, "pause_poll_interval")
+        if values["pause_store_url"]:
+            store_url = values["pause_store_url"]
+            store_options = _options(
+                "pause_store_transport_options", values["pause_store_transport_options"]
+            )
+        else:
+            store_url = _store_from_broker(app)
+            store_options = _options("broker_transport_options", app.conf.broker_transport_options)
         return cls(
-            store_url=values["pause_store_url"] or _store_from_broker(app),
+            store_url=store_url,
+            store_options=store_options,
             key_prefix=str(prefix),
             poll_interval=poll_interval,
             max_hold=_bounded_hold(app, _positive(values, "pause_max_hold")),
@@ -100,12 +114,22 @@ def _store_from_broker(app: Celery) -> str:
     if isinstance(broker, (list, tuple)):
         broker = broker[0] if broker else ""
     scheme = str(broker).partition("://")[0]
-    if scheme in REDIS_SCHEMES:
+    if scheme in (*REDIS_SCHEMES, SENTINEL_SCHEME):
         return str(broker)
     raise ConfigurationError(
-        "celery-pause needs a store: set pause_store_url (redis://… or file:///dir); "
-        f"only a Redis broker doubles as the store, and this broker is {scheme or 'unset'!r}"
+        "celery-pause needs a store: set pause_store_url (redis://…, db+postgresql+psycopg://…, "
+        "file:///dir, …); "
+        f"only a Redis (or Sentinel) broker doubles as the store, and this broker is "
+        f"{scheme or 'unset'!r}"
     )
+
+
+def _options(key: str, value: Any) -> dict[str, Any]:
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise ConfigurationError(f"{key} must be a dict, got {type(value).__name__}")
+    return dict(value)
 
 
 def _positive(values: dict[str, Any], key: str) -> float:

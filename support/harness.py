@@ -23,10 +23,10 @@ from celery import Celery
 import celery_pause
 
 from .proj import RECORD_TASK, RECORDS_URL, make_app
+from .stores import REDIS_STORE, purge
 
 REDIS_BROKER = "redis://127.0.0.1:6379/14"
 AMQP_BROKER = "amqp://guest:guest@127.0.0.1:5672//"
-REDIS_STORE = "redis://127.0.0.1:6379/14"
 ROOT = Path(__file__).resolve().parent.parent
 
 T = TypeVar("T")
@@ -335,6 +335,8 @@ class Cluster:
             with suppress(redis.RedisError):  # a test's private store may be gone already
                 for key in client.scan_iter(f"{prefix}*"):
                     client.delete(key)
+        elif self.store_url.startswith(("db+", "memory")):
+            purge(self.store_url, prefix)
         self.records_client.delete(self.record_key, self.finished_key)
         self._delete_queues()
 

@@ -1,11 +1,14 @@
 from __future__ import annotations
 
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from celery_pause.stores.base import Store
 from support.harness import AMQP_BROKER, REDIS_BROKER, Cluster
+from support.stores import KINDS, SERVICES, SHARED_KINDS, Spec, make_store, private, store_url
 
 from .services import require
 
@@ -49,3 +52,32 @@ def store_cluster(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Cl
     world = Cluster(broker=REDIS_BROKER, tmp=tmp_path, store=store)
     yield world
     world.close()
+
+
+def _store_spec(kind: str, tmp_path: Path) -> Iterator[Spec]:
+    if kind in SERVICES:
+        service, port = SERVICES[kind]
+        require(service, "127.0.0.1", port)
+    prefix = f"celery-pause-test:{uuid.uuid4().hex[:10]}"
+    with private(kind, store_url(kind, tmp_path), prefix) as spec:
+        yield spec
+
+
+@pytest.fixture(params=KINDS)
+def store_spec(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Spec]:
+    """``(kind, url, prefix)`` of a private store of each kind, emptied afterwards."""
+    yield from _store_spec(request.param, tmp_path)
+
+
+@pytest.fixture(params=SHARED_KINDS)
+def shared_spec(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Spec]:
+    """Like ``store_spec``, for the kinds several processes can share (not memory)."""
+    yield from _store_spec(request.param, tmp_path)
+
+
+@pytest.fixture
+def store(store_spec: Spec) -> Iterator[Store]:
+    """A private store of each kind: the contract suite runs once per kind."""
+    opened = make_store(*store_spec)
+    yield opened
+    opened.close()

@@ -4,9 +4,6 @@ from __future__ import annotations
 
 import json
 import threading
-import uuid
-from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 import redis
@@ -14,33 +11,8 @@ import redis
 from celery_pause.errors import InvalidInput
 from celery_pause.state import PauseState
 from celery_pause.stores.base import Store
-from celery_pause.stores.file import FileStore
 from celery_pause.stores.redis import RedisStore
-from support.harness import REDIS_STORE
-
-from .services import require
-
-
-@pytest.fixture(params=["redis", "file"])
-def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store]:
-    prefix = f"celery-pause-test:log-{uuid.uuid4().hex[:10]}"
-    if request.param == "redis":
-        require("Redis", "127.0.0.1", 6379)
-        redis_store = RedisStore(REDIS_STORE, prefix)
-        yield redis_store
-        for key in redis_store.client.scan_iter(f"{prefix}*"):
-            redis_store.client.delete(key)
-        redis_store.close()
-    else:
-        yield FileStore(f"file://{tmp_path}", prefix)
-
-
-def raw_entries(store: Store, log: str) -> list[bytes]:
-    """What the store holds for ``log``, read around the store's own code."""
-    if isinstance(store, RedisStore):
-        return list(redis.Redis.from_url(store.url).lrange(f"{store.prefix}:log:{log}", 0, -1))
-    assert isinstance(store, FileStore)
-    return (store.root / f"log-{log}.jsonl").read_bytes().splitlines()
+from support.stores import raw_value, write_raw
 
 
 def test_entries_come_back_newest_first_and_the_log_stays_bounded(store: Store) -> None:
@@ -63,7 +35,7 @@ def test_entries_are_stored_as_json_under_the_prefix(store: Store) -> None:
     store.append_log("history", {"action": "pause", "queues": None, "at": 1.5}, keep=10)
 
     # Then the store holds plain JSON for it, under the store's prefix
-    [raw] = raw_entries(store, "history")
+    [raw] = (raw_value(store, "log", "history") or b"").splitlines()
     assert json.loads(raw) == {"action": "pause", "queues": None, "at": 1.5}
     if isinstance(store, RedisStore):
         client = redis.Redis.from_url(store.url)
@@ -91,12 +63,7 @@ def test_bad_names_and_entries_are_refused_and_lose_nothing(store: Store) -> Non
 def test_a_damaged_entry_is_reported_not_dropped(store: Store) -> None:
     # Given a log with a good entry and one that is not JSON
     store.append_log("history", {"n": 1}, keep=10)
-    if isinstance(store, RedisStore):
-        redis.Redis.from_url(store.url).lpush(f"{store.prefix}:log:history", b"{not json")
-    else:
-        assert isinstance(store, FileStore)
-        with open(store.root / "log-history.jsonl", "ab") as handle:
-            handle.write(b"[1, 2]\n")
+    write_raw(store, "log", "history", b"{not json")
 
     # When it is read, Then both come back, the damaged one marked unreadable
     newest, oldest = store.read_log("history")

@@ -1,13 +1,9 @@
-"""One contract for the stores' shared counters, records and leases, run on Redis and files."""
+"""One contract for the stores' shared counters, records and leases, run on every store."""
 
 from __future__ import annotations
 
-import multiprocessing
 import uuid
-from collections.abc import Callable, Iterator
-from pathlib import Path
 from typing import Any
-from urllib.parse import quote
 
 import pytest
 import redis
@@ -15,56 +11,12 @@ import redis
 from celery_pause.errors import InvalidInput, StoreError
 from celery_pause.stores.base import Store
 from celery_pause.stores.file import FileStore
-from celery_pause.stores.redis import RedisStore
-from support.harness import REDIS_STORE, wait_for
-
-from .services import require
+from celery_pause.stores.memory import MemoryStore
+from support.harness import wait_for
+from support.stores import Spec, make_store, run_in_processes, sql_rows, write_raw
 
 PROCESSES = 4
 EACH = 25
-
-
-def make_store(kind: str, where: str, prefix: str) -> Store:
-    if kind == "redis":
-        return RedisStore(where, prefix)
-    return FileStore(where, prefix)
-
-
-@pytest.fixture(params=["redis", "file"])
-def spec(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[str, str, str]]:
-    """``(kind, url, prefix)`` of a private store; its keys are deleted afterwards."""
-    prefix = f"celery-pause-test:{uuid.uuid4().hex[:10]}"
-    if request.param == "redis":
-        require("Redis", "127.0.0.1", 6379)
-        yield "redis", REDIS_STORE, prefix
-        client = redis.Redis.from_url(REDIS_STORE)
-        for key in client.scan_iter(f"{prefix}:*"):
-            client.delete(key)
-    else:
-        yield "file", f"file://{tmp_path}/store", prefix
-
-
-@pytest.fixture
-def store(spec: tuple[str, str, str]) -> Iterator[Store]:
-    opened = make_store(*spec)
-    yield opened
-    opened.close()
-
-
-def run_in_processes(spec: tuple[str, str, str], job: Callable[..., Any], *args: Any) -> list[Any]:
-    """Run ``job(store, *args)`` in PROCESSES forked processes at once; their results."""
-    context = multiprocessing.get_context("fork")
-    with context.Pool(PROCESSES) as pool:
-        results = [pool.apply_async(_job, (spec, job, args)) for _ in range(PROCESSES)]
-        return [result.get(timeout=60) for result in results]
-
-
-def _job(spec: tuple[str, str, str], job: Callable[..., Any], args: tuple[Any, ...]) -> Any:
-    opened = make_store(*spec)
-    try:
-        return job(opened, *args)
-    finally:
-        opened.close()
 
 
 def add_events(store: Store, key: str) -> list[int]:
@@ -81,16 +33,6 @@ def increment(store: Store, key: str) -> None:
 
 def take_lease(store: Store, key: str) -> bool:
     return store.acquire_lease(key, f"owner-{uuid.uuid4().hex}", 30)
-
-
-def corrupt_record(spec: tuple[str, str, str], store: Store, key: str) -> None:
-    kind, _, prefix = spec
-    if kind == "redis":
-        redis.Redis.from_url(REDIS_STORE).hset(f"{prefix}:records", key, b"{not json")
-    else:
-        assert isinstance(store, FileStore)
-        store.records_dir.mkdir(parents=True, exist_ok=True)
-        (store.records_dir / f"{quote(key, safe='')}.json").write_bytes(b"[1, 2]")
 
 
 # -- sliding windows -----------------------------------------------------------------------
@@ -132,11 +74,10 @@ def test_events_are_capped_at_the_limit_and_can_be_cleared(store: Store) -> None
     assert store.recent_events("breaker:cap", window=60) == []
 
 
-def test_concurrent_events_are_counted_exactly_once_each(
-    spec: tuple[str, str, str], store: Store
-) -> None:
+def test_concurrent_events_are_counted_exactly_once_each(shared_spec: Spec) -> None:
     # When four processes add 25 events each at the same time
-    results = run_in_processes(spec, add_events, "breaker:race")
+    results = run_in_processes(shared_spec, add_events, "breaker:race", processes=PROCESSES)
+    store = make_store(*shared_spec)
 
     # Then every add saw a distinct count: no two adds interleaved
     seen = sorted(count for counts in results for count in counts)
@@ -167,19 +108,19 @@ def test_records_are_created_changed_listed_and_deleted(store: Store) -> None:
     assert store.record_keys("breaker:") == []
 
 
-def test_concurrent_record_updates_lose_nothing(spec: tuple[str, str, str], store: Store) -> None:
+def test_concurrent_record_updates_lose_nothing(shared_spec: Spec) -> None:
     # When four processes increment one record 25 times each
-    run_in_processes(spec, increment, "breaker:count")
+    run_in_processes(shared_spec, increment, "breaker:count", processes=PROCESSES)
+    store = make_store(*shared_spec)
 
     # Then every increment is there
     assert store.read_record("breaker:count") == {"n": PROCESSES * EACH}
 
 
-def test_an_unreadable_record_is_an_error_and_stays_as_it_is(
-    spec: tuple[str, str, str], store: Store
-) -> None:
+@pytest.mark.parametrize("raw", [b"{not json", b"[1, 2]"])
+def test_an_unreadable_record_is_an_error_and_stays_as_it_is(store: Store, raw: bytes) -> None:
     # Given a record that is not a JSON object
-    corrupt_record(spec, store, "breaker:bad")
+    write_raw(store, "record", "breaker:bad", raw)
 
     # Then reading and updating it fail clearly, and nothing overwrites it
     with pytest.raises(StoreError, match="breaker:bad"):
@@ -230,38 +171,46 @@ def test_an_unrenewed_lease_expires(store: Store) -> None:
     assert store.lease_owner("breaker:crash") == "alive"
 
 
-def test_exactly_one_of_many_racing_processes_gets_a_lease(
-    spec: tuple[str, str, str], store: Store
-) -> None:
+def test_exactly_one_of_many_racing_processes_gets_a_lease(shared_spec: Spec) -> None:
     # When four processes try to take the same free lease at once
-    results = run_in_processes(spec, take_lease, "breaker:race")
+    results = run_in_processes(shared_spec, take_lease, "breaker:race", processes=PROCESSES)
+    store = make_store(*shared_spec)
 
     # Then exactly one holds it
     assert sorted(results) == [False] * (PROCESSES - 1) + [True]
     assert store.lease_owner("breaker:race") is not None
 
 
-def test_everything_lives_under_the_store_prefix(spec: tuple[str, str, str], store: Store) -> None:
+def test_everything_lives_under_the_store_prefix(store_spec: Spec, store: Store) -> None:
     # Given one of each
     store.add_event("breaker:p", window=60)
     store.update_record("breaker:p", lambda rec, now: {"v": 1})
     store.acquire_lease("breaker:p", "me", 30)
 
     # Then every key (or file) carries the store's prefix
-    kind, _, prefix = spec
+    kind, url, prefix = store_spec
     if kind == "redis":
-        client = redis.Redis.from_url(REDIS_STORE)
+        client = redis.Redis.from_url(url)
         keys = sorted(k.decode() for k in client.scan_iter(f"{prefix}:*"))
         assert keys == [
             f"{prefix}:events:breaker:p",
             f"{prefix}:lease:breaker:p",
             f"{prefix}:records",
         ]
-    else:
-        assert isinstance(store, FileStore)
+    elif isinstance(store, MemoryStore):
+        assert MemoryStore(url, f"{prefix}-other").record_keys() == []
+        assert list(store.space.records) == list(store.space.leases) == ["breaker:p"]
+        assert list(store.space.events) == ["breaker:p"]
+    elif isinstance(store, FileStore):
         files = sorted(str(p.relative_to(store.root)) for p in store.root.rglob("*.json"))
         assert files == [
             "events/breaker%3Ap.json",
             "leases/breaker%3Ap.json",
             "records/breaker%3Ap.json",
+        ]
+    else:
+        assert sql_rows(store) == [
+            ("events", "breaker:p"),
+            ("lease", "breaker:p"),
+            ("record", "breaker:p"),
         ]

@@ -1,14 +1,12 @@
-"""The store contract, run against every store: Redis and file."""
+"""The store contract, run against every store: Redis, file, memory, SQLite, PostgreSQL
+and MariaDB."""
 
 from __future__ import annotations
 
 import threading
-import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import redis
 
 from celery_pause.errors import StoreError
 from celery_pause.report import APPLIED, WorkerReport
@@ -17,24 +15,9 @@ from celery_pause.state import Hold, PauseState
 from celery_pause.stores.base import Store
 from celery_pause.stores.file import FileStore
 from celery_pause.stores.redis import RedisStore
-from support.harness import REDIS_STORE
+from support.stores import Spec, make_store, raw_value, run_in_processes, write_raw
 
-from .services import require
-
-
-@pytest.fixture(params=["redis", "file"])
-def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store]:
-    prefix = f"celery-pause-test:{uuid.uuid4().hex[:10]}"
-    if request.param == "file":
-        yield FileStore(f"file://{tmp_path}", prefix)
-        return
-    require("Redis", "127.0.0.1", 6379)
-    store = RedisStore(REDIS_STORE, prefix)
-    yield store
-    client = redis.Redis.from_url(REDIS_STORE)
-    for key in client.scan_iter(f"{prefix}:*"):
-        client.delete(key)
-    store.close()
+PROCESSES, EACH = 4, 50
 
 
 def add(scope: Scope, **fields: object):  # type: ignore[no-untyped-def]
@@ -81,6 +64,22 @@ def test_update_error_leaves_the_state_untouched(store: Store) -> None:
     assert [h.reason for h in store.read().state.holds] == ["keep"]
 
 
+def bump(store: Store, rounds: int) -> list[int]:
+    """``rounds`` updates that each only move the generation on; the generations seen."""
+    return [store.update(lambda s, now: s.with_holds(s.holds))[0].state.generation
+            for _ in range(rounds)]  # fmt: skip
+
+
+def test_concurrent_processes_lose_no_update(shared_spec: Spec) -> None:
+    # When four processes each update the state 50 times at once
+    results = run_in_processes(shared_spec, bump, EACH, processes=PROCESSES)
+
+    # Then every update got a generation of its own and none was lost
+    seen = sorted(generation for generations in results for generation in generations)
+    assert seen == list(range(1, PROCESSES * EACH + 1))
+    assert make_store(*shared_spec).read().state.generation == PROCESSES * EACH
+
+
 def test_concurrent_updates_lose_nothing(store: Store) -> None:
     # Given 8 threads each adding 10 holds through read-modify-write
     def writer(n: int) -> None:
@@ -108,8 +107,8 @@ def test_store_clock_orders_auto_resume(store: Store) -> None:
 
 def test_state_is_stored_as_json(store: Store) -> None:
     store.update(add(Scope.of(["a"]), reason="json"))
-    raw = _raw_state(store)
-    assert raw.startswith(b"{") and b'"reason":"json"' in raw
+    raw = raw_value(store, "state", "state")
+    assert raw is not None and raw.startswith(b"{") and b'"reason":"json"' in raw
 
 
 def test_worker_reports_round_trip_and_removal(store: Store) -> None:
@@ -134,7 +133,7 @@ def test_worker_reports_round_trip_and_removal(store: Store) -> None:
 
 def test_corrupt_state_reads_as_paused_everything(store: Store) -> None:
     # Given garbage where the state should be
-    _write_raw_state(store, b'{"schema": 1, "generation": 3, "holds": [')
+    write_raw(store, "state", "state", b'{"schema": 1, "generation": 3, "holds": [')
 
     # Then it reads as a pause of every queue, never as running
     snapshot = store.read()
@@ -156,21 +155,3 @@ def test_unwritable_file_store_raises_store_error(tmp_path: Path) -> None:
     store = FileStore(f"file://{blocker}", "p")
     with pytest.raises(StoreError):
         store.update(add(EVERYTHING))
-
-
-def _raw_state(store: Store) -> bytes:
-    if isinstance(store, RedisStore):
-        raw = store.client.get(store.state_key)
-        assert isinstance(raw, bytes)
-        return raw
-    assert isinstance(store, FileStore)
-    return store.state_path.read_bytes()
-
-
-def _write_raw_state(store: Store, raw: bytes) -> None:
-    if isinstance(store, RedisStore):
-        store.client.set(store.state_key, raw)
-    else:
-        assert isinstance(store, FileStore)
-        store.state_path.parent.mkdir(parents=True, exist_ok=True)
-        store.state_path.write_bytes(raw)

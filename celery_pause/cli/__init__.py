@@ -1,5 +1,6 @@
-"""The operator's tools: ``celery -A proj pause``, ``resume``, ``pause status`` and
-``pause serve``, registered through Celery's ``celery.commands`` entry points."""
+"""The operator's tools: ``celery -A proj pause``, ``resume``, ``pause status``,
+``pause serve`` and ``pause init-store``, registered through Celery's
+``celery.commands`` entry points."""
 
 from .commands import pause, resume
 

@@ -29,6 +29,7 @@ from ..overview import PAUSED, RUNNING, cluster_state, overview
 from ..results import PauseResult
 from ..scope import Scope
 from ..settings import config_for
+from .init_store import init_store
 from .live import LiveProgress
 from .params import (
     QUEUES_OPTION,
@@ -259,6 +260,7 @@ def status(ctx: click.Context, as_json: bool, with_history: bool) -> None:
 
 
 pause.add_command(serve)
+pause.add_command(init_store)
 
 
 # -- resume -------------------------------------------------------------------------------------

@@ -91,6 +91,10 @@ class Store(ABC):
         """The newest ``limit`` entries of ``log`` (every kept one by default), newest first."""
         raise NotImplementedError(f"{type(self).__name__} keeps no logs")
 
+    def init(self) -> str:
+        """Create what the store needs (tables) unless it exists; say what was done."""
+        return "nothing to create: this store needs no tables"
+
     def close(self) -> None:  # noqa: B027  (optional hook)
         """Release connections or files."""
 

@@ -58,13 +58,25 @@ class RedisStore(Store):
     Redis expiry, taken and released by Lua scripts).
     """
 
-    def __init__(self, url: str, prefix: str, *, timeout: float = 2.0) -> None:
+    def __init__(
+        self,
+        url: str,
+        prefix: str,
+        *,
+        timeout: float = 2.0,
+        client: redis.Redis | None = None,
+        replicas: int = 0,
+    ) -> None:
+        """``client`` replaces the one made from ``url`` (Sentinel); with ``replicas``, a
+        state change counts only once that many replicas acknowledged it (``WAIT``)."""
         super().__init__(url, prefix)
         self.state_key = f"{prefix}:state"
         self.workers_key = f"{prefix}:workers"
-        self.client = redis.Redis.from_url(
+        self.client = client or redis.Redis.from_url(
             url, socket_timeout=timeout, socket_connect_timeout=timeout
         )
+        self.replicas = replicas
+        self.timeout = timeout
         self._clock = ClockOffset(self._server_time)
         self.records_key = f"{prefix}:records"
         self._acquire_lease = self.client.register_script(ACQUIRE_LEASE)
@@ -101,7 +113,21 @@ class RedisStore(Store):
 
         with self._failing():
             self.client.transaction(transaction, self.state_key)
+            if self.replicas and outcome[0][1]:
+                self._wait_for_replicas()
         return outcome[0]
+
+    def _wait_for_replicas(self) -> None:
+        """Acknowledge a state change only once replicas hold it: a failover then keeps it.
+        ``WAIT`` gets half the socket timeout, so its answer arrives within it."""
+        wait = self.timeout / 2
+        acknowledged = int(self.client.wait(self.replicas, max(1, int(wait * 1000))))
+        if acknowledged < self.replicas:
+            raise StoreError(
+                f"pause store {self.display_url}: the change reached the master but "
+                f"{acknowledged} of {self.replicas} replica(s) acknowledged it within "
+                f"{wait:g}s; a failover now could lose it. Check the replicas, then the status"
+            )
 
     def put_worker(self, report: WorkerReport) -> None:
         with self._failing():

@@ -1,0 +1,114 @@
+"""Redis Sentinel store: the Redis store, reached through the sentinels.
+
+``sentinel://host:26379;sentinel://host2:26379/0`` with ``master_name`` in the
+transport options, as kombu's ``sentinel://`` broker takes them. Every
+connection asks the sentinels for the master, so after a failover the store
+follows the new master. A state change is acknowledged only once a replica
+holds it too (``WAIT``), so a failover does not lose an acknowledged pause.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+from urllib.parse import unquote, urlsplit
+
+import redis.sentinel
+from kombu.utils.url import sanitize_url
+from redis.backoff import NoBackoff
+from redis.retry import Retry
+
+from ..errors import ConfigurationError, StoreError
+from .redis import RedisStore
+
+SSL_OPTIONS = ("ssl", "ssl_cert_reqs", "ssl_ca_certs", "ssl_certfile", "ssl_keyfile")
+OPTIONS = ("master_name", "sentinel_kwargs", "wait_replicas", *SSL_OPTIONS)
+
+
+class SentinelStore(RedisStore):
+    """:class:`RedisStore` on the master that the sentinels name."""
+
+    def __init__(
+        self, url: str, prefix: str, *, options: dict[str, Any], timeout: float = 2.0
+    ) -> None:
+        hosts, db, username, password = parse(url)
+        master = options.get("master_name")
+        if not isinstance(master, str) or not master:
+            raise ConfigurationError(
+                f"the Sentinel store {display(url)!r} needs master_name in "
+                "pause_store_transport_options (or in broker_transport_options when the "
+                "broker is the store)"
+            )
+        sentinel_kwargs = options.get("sentinel_kwargs") or {}
+        replicas = options.get("wait_replicas", 1)
+        if not isinstance(sentinel_kwargs, dict):
+            raise ConfigurationError("sentinel_kwargs must be a dict (password, ssl, …)")
+        if isinstance(replicas, bool) or not isinstance(replicas, int) or replicas < 0:
+            raise ConfigurationError(f"wait_replicas must be 0 or more, got {replicas!r}")
+        timeouts = {"socket_timeout": timeout, "socket_connect_timeout": timeout}
+        # Asking the sentinels tries each in turn: no retries of one that does not answer.
+        once = {"retry": Retry(NoBackoff(), 0)}
+        sentinel = redis.sentinel.Sentinel(  # type: ignore[no-untyped-call]
+            hosts,
+            sentinel_kwargs={**timeouts, **once, **sentinel_kwargs},
+            db=db,
+            username=username,
+            password=password,
+            **timeouts,
+            **{key: options[key] for key in SSL_OPTIONS if key in options},
+        )
+        self.master_name = master
+        client: redis.Redis = sentinel.master_for(master)  # type: ignore[no-untyped-call]
+        super().__init__(url, prefix, timeout=timeout, client=client, replicas=replicas)
+
+    @property
+    def display_url(self) -> str:
+        return display(self.url)
+
+    @contextmanager
+    def _failing(self) -> Iterator[None]:
+        try:
+            with super()._failing():
+                yield
+        except StoreError as exc:
+            if isinstance(exc.__context__, redis.sentinel.MasterNotFoundError):
+                raise StoreError(
+                    f"pause store {self.display_url} failed: no sentinel answered with a "
+                    f"master {self.master_name!r}"
+                ) from None
+            raise
+
+
+def parse(url: str) -> tuple[list[tuple[str, int]], int, str | None, str | None]:
+    """The sentinels' addresses, the database, and the master's user and password."""
+    hosts: list[tuple[str, int]] = []
+    db, username, password = 0, None, None
+    for part in filter(None, (p.strip() for p in url.split(";"))):
+        try:
+            split = urlsplit(part)
+            port = split.port or 26379
+        except ValueError:
+            raise ConfigurationError(f"not a Sentinel URL: {display(url)!r}") from None
+        if split.scheme != "sentinel":
+            raise ConfigurationError(f"not a Sentinel URL: {display(url)!r}")
+        hosts.append((split.hostname or "localhost", port))
+        if split.path.strip("/").isdigit():
+            db = int(split.path.strip("/"))
+        if split.password and password is None:
+            username = unquote(split.username) if split.username else None
+            password = unquote(split.password)
+    if not hosts:
+        raise ConfigurationError(f"no sentinel in {display(url)!r}")
+    return hosts, db, username, password
+
+
+def display(url: str) -> str:
+    """Each sentinel URL with its password masked."""
+    parts = []
+    for part in url.split(";"):
+        try:
+            parts.append(sanitize_url(part.strip()) if part.strip() else "")
+        except ValueError:
+            parts.append("<unreadable>")
+    return ";".join(parts)
