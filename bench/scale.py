@@ -14,7 +14,8 @@ Celery consumer is left out: a change read from the store is applied at once, as
 - ``wait_overhead_p99_ms``: how long ``pause(wait=True)`` returns after the last
   worker's report of the new generation was written;
 - ``idle_store_cmds_per_s_per_worker``: store commands per second per worker while
-  nothing changes (Redis ``INFO commandstats``; not measured for other stores).
+  nothing changes (Redis ``INFO commandstats``; on PostgreSQL, transactions from
+  ``pg_stat_database``, which lag by up to its stats interval).
 """
 
 from __future__ import annotations
@@ -209,17 +210,33 @@ def measure(workers: int, store_url: str, rounds: int, idle_seconds: float) -> d
 
 
 def idle_commands(store_url: str, workers: int, seconds: float) -> float | None:
-    """Store commands per second per worker while nothing changes (Redis only)."""
-    if not store_url.startswith("redis"):
+    """Store commands per second per worker while nothing changes: Redis commands
+    (``INFO commandstats``), or PostgreSQL transactions (``pg_stat_database``)."""
+    if store_url.startswith("redis"):
+        import redis
+
+        client = redis.Redis.from_url(store_url)
+
+        def calls() -> int:
+            stats = client.info("commandstats")
+            return sum(int(v["calls"]) for k, v in stats.items() if k != "cmdstat_info")
+
+    elif store_url.startswith("db+postgresql"):
+        import sqlalchemy as sa
+
+        engine = sa.create_engine(store_url.removeprefix("db+"))
+        query = sa.text(
+            "SELECT xact_commit + xact_rollback FROM pg_stat_database "
+            "WHERE datname = current_database()"
+        )
+
+        def calls() -> int:
+            with engine.connect() as conn:
+                conn.execute(sa.text("SELECT pg_stat_clear_snapshot()"))
+                return int(conn.execute(query).scalar() or 0)
+
+    else:
         return None
-    import redis
-
-    client = redis.Redis.from_url(store_url)
-
-    def calls() -> int:
-        stats = client.info("commandstats")
-        return sum(int(v["calls"]) for k, v in stats.items() if k != "cmdstat_info")
-
     before = calls()
     time.sleep(seconds)
     return round((calls() - before) / seconds / workers, 3)
