@@ -91,8 +91,14 @@ class Scope:
         tasks: Iterable[str] | None = None,
         workers: Iterable[str] | None = None,
     ) -> Scope:
-        """The scope of one rule; a dimension left ``None`` is every name."""
-        return cls(frozenset({Rule(_names(queues), _names(tasks), _names(workers))}))
+        """The scope of one rule; a dimension left ``None`` is every name, an empty one
+        covers nothing (the empty scope)."""
+        rule = Rule(_names(queues), _names(tasks), _names(workers))
+        if any(
+            names is not None and not names for names in (rule.queues, rule.tasks, rule.workers)
+        ):
+            return NOTHING
+        return cls(frozenset({rule}))
 
     @property
     def everything(self) -> bool:

@@ -26,7 +26,7 @@ import pytest
 import redis
 
 import celery_pause
-from celery_pause.errors import PauseTimeout
+from celery_pause.errors import InvalidInput, PauseTimeout
 from celery_pause.scope import NOTHING, Scope
 from support.harness import AMQP_BROKER, Cluster, Worker, wait_for
 from support.redis_server import RedisServer
@@ -143,15 +143,18 @@ class Chaos:
         self.swallow_resume = False
         before = self.paused()
         called = time.time()
-        celery_pause.resume(self.cluster.app, queues=queues, force=force, notify=notify)
         lifted = Scope.of(queues)
+        if not lifted.everything and any(hold.everything for hold in self.holds):
+            # Some queues out of a hold on every queue: refused, and nothing changes
+            with pytest.raises(InvalidInput, match="Resume its whole scope"):
+                celery_pause.resume(self.cluster.app, queues=queues, force=force, notify=notify)
+            self.counts["partial resumes of an all-queue hold refused"] += 1
+            self.check_status()
+            return
+        celery_pause.resume(self.cluster.app, queues=queues, force=force, notify=notify)
         kept = []
         for hold in self.holds:
-            rest = (
-                hold
-                if hold.everything and not lifted.everything
-                else (Scope() if lifted.everything else Scope.of(hold.queues - lifted.queues))
-            )
+            rest = NOTHING if lifted.everything else Scope.of(hold.queues - lifted.queues)
             if rest:
                 kept.append(rest)
         self.holds = kept
