@@ -89,6 +89,12 @@ def test_a_failover_while_paused_keeps_the_pause_and_resume_works(
         stays_quiet(cluster, window_start, 2.0)
         worker.check_alive()
 
+        # When the worker is restarted after the failover, Then it starts paused
+        assert worker.stop() == 0
+        restarted = cluster.worker("w1")
+        restarted.wait_applied(celery_pause.status(cluster.app).state.generation)
+        stays_quiet(cluster, window_start, 1.0)
+
         # When resumed (through the new master), every task runs once, none before
         resuming_at = time.time()
         wait_for(lambda: resumed(cluster.app), timeout=30, what="a resume")
