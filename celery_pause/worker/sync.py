@@ -22,6 +22,7 @@ from ..settings import PauseConfig
 from ..state import Scope
 from ..stores import Snapshot, Store
 from .gate import Gate
+from .pools import PoolSupport
 
 logger = logging.getLogger(__name__)
 
@@ -38,6 +39,7 @@ class StoreSync(threading.Thread):
         store: Store,
         config: PauseConfig,
         hostname: str,
+        pool: PoolSupport,
         gate: Gate,
         applied: Callable[[], tuple[int, Scope] | None],
         breakers: Callable[[], tuple[str, ...]],
@@ -48,6 +50,7 @@ class StoreSync(threading.Thread):
         self.store = store
         self.config = config
         self.hostname = hostname
+        self.pool = pool
         self.gate = gate
         self._applied = applied
         self._breakers = breakers
@@ -184,6 +187,8 @@ class StoreSync(threading.Thread):
             seen=self.store.now(),
             running_names=names,
             breakers=self._breakers(),
+            pool=self.pool.name,
+            pool_problem=self.pool.problem,
         )
 
     def _log_store_error(self, exc: StoreError) -> None:
