@@ -51,6 +51,7 @@ def view(**changes: Any) -> WorkerView:
         store_ok=True,
         loop_idle=0.1,
         busy=False,
+        pool="prefork",
     )
     return replace(base, **changes)
 
@@ -71,7 +72,10 @@ def test_a_worker_paused_on_some_of_its_queues_is_still_ready() -> None:
 
     # When probed, Then it is ready and says which queue is paused
     response = get(monitor, "/readyz")
-    assert (response.status, body(response)) == (200, {"ready": True, "paused_queues": ["a"]})
+    assert (response.status, body(response)) == (
+        200,
+        {"ready": True, "paused_queues": ["a"], "pool": "prefork", "pause_guaranteed": True},
+    )
 
 
 def test_a_worker_holding_everything_for_an_unreadable_state_says_so() -> None:
