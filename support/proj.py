@@ -14,6 +14,7 @@ import time
 from typing import Any
 
 import redis
+from billiard.process import current_process
 from celery import Celery
 
 import celery_pause
@@ -61,18 +62,19 @@ def make_app(
     @app.task(name=RECORD_TASK, bind=True, shared=False)
     def record(self: Any, tag: str, duration: float = 0.0) -> str:
         """Record this task's start (id, tag, queue, time, worker and its main process),
-        work for ``duration``, then record that it finished (under ``finished_key``)."""
+        work for ``duration`` (``time.sleep``: it yields on gevent and eventlet, which
+        patch it), then record that it finished (under ``finished_key``)."""
         entry = {
             "id": self.request.id,
             "tag": tag,
             "queue": (self.request.delivery_info or {}).get("routing_key"),
             "started": time.time(),
             "worker": self.request.hostname,
-            "worker_pid": os.getppid(),
+            "worker_pid": worker_pid(),
         }
         records.rpush(record_key, json.dumps(entry))
         time.sleep(duration)
-        done = {"id": self.request.id, "worker_pid": os.getppid(), "finished": time.time()}
+        done = {"id": self.request.id, "worker_pid": worker_pid(), "finished": time.time()}
         records.rpush(finished_key, json.dumps(done))
         return tag
 
@@ -81,6 +83,12 @@ def make_app(
 
         register(app, namespace, breaker_options)
     return app
+
+
+def worker_pid() -> int:
+    """The pid of the worker's main process: a prefork child's parent, or this process
+    (threads, gevent, eventlet and solo run tasks in the main process)."""
+    return os.getppid() if current_process().name != "MainProcess" else os.getpid()
 
 
 def app_from_env() -> Celery:
