@@ -65,10 +65,11 @@ class Gate:
             self._scope = scope
 
     def __call__(self, request: Request) -> Any:
-        with self._lock:
-            if self.blocks(request):
+        # On the consumer loop, where alone a scope opens: no lock needed to decide.
+        if self.blocks(request):
+            with self._lock:
                 self._hold(request)
-                return None
+            return None
         return self._handler(request)
 
     def _hold(self, request: Request, since: float | None = None) -> None:
@@ -99,7 +100,8 @@ class Gate:
         return False
 
     def blocks(self, request: Request) -> bool:
-        if not (self.scope and self.scope.covers(self._queue_of(request))):
+        scope = self._scope
+        if not (scope and scope.covers(self._queue_of(request))):
             return False
         return self.admit is None or not self.admit(request)
 

@@ -139,8 +139,9 @@ class StoreSync(threading.Thread):
         applied = self._applied()
         if applied is not None and self.gate.running(applied[1]):
             timeout = min(timeout, DRAIN_CHECK)
-        if self.gate.held:
-            oldest = self.gate.held[0][1]
+        held = self.gate.held  # the loop replaces the list, pool threads add to it
+        if held:
+            oldest = held[0][1]
             timeout = min(timeout, max(oldest + self.config.max_hold - now, DRAIN_CHECK))
         return timeout
 
