@@ -25,6 +25,7 @@ DEFAULTS: dict[str, Any] = {
     "pause_warn_after": 3600.0,
     "pause_warn_every": 900.0,
     "pause_history_size": 500,
+    "pause_green_loop_wait": 0.25,
 }
 
 
@@ -44,6 +45,7 @@ class PauseConfig:
     warn_after: float | None = 3600.0
     warn_every: float = 900.0
     history_size: int = 500
+    green_loop_wait: float = 0.25
 
     @classmethod
     def from_app(cls, app: Celery) -> PauseConfig:
@@ -70,6 +72,7 @@ class PauseConfig:
             ),
             warn_every=_positive(values, "pause_warn_every"),
             history_size=_count(values, "pause_history_size"),
+            green_loop_wait=min(_positive(values, "pause_green_loop_wait"), 2.0),
         )
 
 

@@ -140,6 +140,8 @@ def test_settings_have_explicit_defaults() -> None:
     assert config(pause_http_port="8080").http_port == 8080
     assert config(pause_http_port=0).http_port == 0
     assert config(pause_warn_after=None).warn_after is None
+    assert defaults.green_loop_wait == 0.25
+    assert config(pause_green_loop_wait=5).green_loop_wait == 2.0  # Celery's own wait
 
 
 @pytest.mark.parametrize(
@@ -152,6 +154,7 @@ def test_settings_have_explicit_defaults() -> None:
         ("pause_warn_every", "often", "number"),
         ("pause_history_size", 0, "at least 1"),
         ("pause_history_size", 2.5, "whole number"),
+        ("pause_green_loop_wait", -1, "positive"),
     ],
 )
 def test_bad_settings_are_named(setting: str, value: Any, says: str) -> None:

@@ -100,7 +100,7 @@ class ApplyStep(bootsteps.StartStopStep):
 
     def start(self, c: Consumer) -> None:
         self.consumer = c
-        shorten_synloop_wait(c, self.pool)
+        shorten_synloop_wait(c, self.pool, self.config.green_loop_wait)
         if self.consumed is None:
             self.consumed = list(c.app.amqp.queues.consume_from)
             generation, scope = self._initial_state()

@@ -50,9 +50,6 @@ CELERY_POOLS = {
 }
 GREEN = ("gevent", "eventlet")
 """Pools whose consumer runs Celery's blocking ``synloop``, not the event loop."""
-SYNLOOP_WAIT = 0.05
-"""Seconds the green pools' consumer loop waits for the broker before it runs what
-was handed to it with ``call_soon`` (Celery's own wait is 2 s)."""
 CHECKED_WITH = "5.7"
 """The Celery version whose internals these checks were written against."""
 
@@ -132,14 +129,14 @@ def _check_prefork(c: Consumer) -> None:
     )
 
 
-def shorten_synloop_wait(c: Consumer, support: PoolSupport) -> None:
-    """On green pools, let the consumer loop run handed-over work within ``SYNLOOP_WAIT``.
+def shorten_synloop_wait(c: Consumer, support: PoolSupport, wait: float) -> None:
+    """On green pools, let the consumer loop run handed-over work within ``wait`` seconds.
 
     Their ``synloop`` runs ``call_soon`` callbacks (applying a pause, releasing
     held tasks) only between two ``connection.drain_events(timeout=2.0)`` calls,
-    so an idle worker would apply a change up to 2 s late. Waiting for the broker
-    in shorter slices costs nothing on the broker: a wait that times out sends
-    no command. ``c.connection`` is a new object after every reconnect.
+    so an idle worker would apply a change up to 2 s late; it waits for the broker
+    in slices of ``wait`` (``pause_green_loop_wait``) instead. ``c.connection`` is
+    a new object after every reconnect.
     """
     connection = getattr(c, "connection", None)
     if support.name not in GREEN or c.hub is not None or connection is None:
@@ -150,7 +147,7 @@ def shorten_synloop_wait(c: Consumer, support: PoolSupport) -> None:
 
     def drain_events(*, timeout: float | None = None, **kwargs: Any) -> Any:
         if timeout is not None:
-            timeout = min(timeout, SYNLOOP_WAIT)
+            timeout = min(timeout, wait)
         return drain(timeout=timeout, **kwargs)
 
     drain_events.shortened = True  # type: ignore[attr-defined]
