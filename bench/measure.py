@@ -61,7 +61,13 @@ class Latencies:
 
 # -- throughput -------------------------------------------------------------------------------
 def throughput(
-    world: World, *, tasks: int, rounds: int, concurrency: int, control: bool = False
+    world: World,
+    *,
+    tasks: int,
+    rounds: int,
+    concurrency: int,
+    control: bool = False,
+    pool: str = "prefork",
 ) -> dict[str, object]:
     """Tasks per second with and without the pause step, side by side.
 
@@ -82,14 +88,14 @@ def throughput(
     drained = 0
     discarded = 0
     for order in (("step", "none"), ("none", "step")):
-        pair = _start_pair(world, order, concurrency, with_step=not control)
+        pair = _start_pair(world, order, concurrency, with_step=not control, pool=pool)
         found_ratios = by_order.setdefault(f"{order[0]}_first", [])
         try:
             number = 0
             while len(found_ratios) < rounds // 2 and number < rounds:
                 before = {arm: cpu_seconds(worker) for arm, worker in pair}
                 told = pair if number % 2 else pair[::-1]
-                found = _drain_together(world, told, tasks, f"{order[0]}{number}")
+                found = _drain_together(world, told, tasks, f"{pool}-{order[0]}{number}")
                 for arm, worker in pair:
                     cpu[arm] += cpu_seconds(worker) - before[arm]
                 drained += tasks
@@ -116,18 +122,19 @@ def throughput(
         "rounds_discarded": discarded,
         "tasks_per_round": tasks,
         "concurrency": concurrency,
+        "pool": pool,
         "control": control,
     }
 
 
 def _start_pair(
-    world: World, order: tuple[str, str], concurrency: int, *, with_step: bool
+    world: World, order: tuple[str, str], concurrency: int, *, with_step: bool, pool: str
 ) -> list[tuple[str, Worker]]:
     """Start the two workers in ``order``; ``[("step", w), ("none", w)]``."""
     started = {
         arm: world.start_workers(
-            [f"tp-{arm}-{order[0]}-first"], queue=world.queue(f"idle-{arm}"),
-            concurrency=concurrency,
+            [f"tp-{pool}-{arm}-{order[0]}-first"], queue=world.queue(f"idle-{arm}"),
+            concurrency=concurrency, pool=pool,
             install=with_step and arm == "step",
         )[0]
         for arm in order

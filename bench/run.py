@@ -7,7 +7,8 @@
     python bench/run.py --instructions  # main-thread instructions per task (needs valgrind)
 
 Starts two private ``redis-server`` processes (broker, store) on free loopback
-ports and real prefork ``celery worker`` processes; needs ``redis-server`` on PATH.
+ports and real ``celery worker`` processes (prefork; then prefork, threads and
+gevent for the per-pool figures); needs ``redis-server`` on PATH.
 Progress goes to stderr; the table (or the JSON object) to stdout.
 """
 
@@ -34,6 +35,7 @@ import redis  # noqa: E402
 from bench import measure  # noqa: E402
 from bench.gate_cost import gate_cost  # noqa: E402
 from bench.instructions import instructions_per_task  # noqa: E402
+from bench.pools import per_pool, pool_rows  # noqa: E402
 from bench.world import World, log, settle  # noqa: E402
 
 POLL_INTERVAL = 2.0  # the default pause_poll_interval
@@ -49,10 +51,12 @@ TARGETS = {
 def plan(quick: bool) -> dict[str, Any]:
     if quick:
         return {"tp_tasks": 1000, "tp_rounds": 8, "rounds": 16, "scale_rounds": 6,
-                "fallback_rounds": 6, "idle_s": 10.0, "sizes": [1, 4]}  # fmt: skip
+                "fallback_rounds": 6, "idle_s": 10.0, "sizes": [1, 4],
+                "pool_tp_tasks": 1000, "pool_tp_rounds": 4, "pool_rounds": 10}  # fmt: skip
     return {"tp_tasks": 2000, "tp_rounds": 20, "rounds": 100, "scale_rounds": 30,
             "fallback_rounds": 25, "idle_s": 60.0, "sizes": [1, 4, 16],
-            "instruction_tasks": 500, "instruction_rounds": 3}  # fmt: skip
+            "instruction_tasks": 500, "instruction_rounds": 3,
+            "pool_tp_tasks": 2000, "pool_tp_rounds": 10, "pool_rounds": 40}  # fmt: skip
 
 
 def run(quick: bool) -> dict[str, Any]:
@@ -110,6 +114,14 @@ def run(quick: bool) -> dict[str, Any]:
                     resume_all(world)
             if size > 4:
                 world.drop_backlog(queue)
+        world.stop_workers(workers)
+        world.drop_backlog(queue)
+        pools = per_pool(
+            world,
+            tasks=settings["pool_tp_tasks"],
+            rounds=settings["pool_tp_rounds"],
+            latency_rounds=settings["pool_rounds"],
+        )
     except BaseException:
         world.close(keep_logs=True)
         log(f"failed; worker logs kept in {world.tmp}")
@@ -124,6 +136,7 @@ def run(quick: bool) -> dict[str, Any]:
         scaling,
         idle,
         idle_paused,
+        pools,
         load_before,
         started,
     )
@@ -160,6 +173,7 @@ def report(
     scaling: dict[str, Any],
     idle: dict[str, Any],
     idle_paused: dict[str, Any] | None,
+    pools: dict[str, Any],
     load_before: tuple[float, float, float],
     started: float,
 ) -> dict[str, Any]:
@@ -189,6 +203,7 @@ def report(
         "scaling": scaling,
         "idle_store": idle,
         "idle_store_paused": idle_paused,
+        "pools": pools,
         "plan": settings,
     }
     figures["conditions"] = {
@@ -271,6 +286,7 @@ def table(figures: dict[str, Any]) -> str:
                 f"{found['pause']['samples']} samples",
             )
         )
+    rows += pool_rows(d.get("pools") or {})
     widths = [max(len(str(row[i])) for row in rows) for i in range(5)]
     header = ("figure", "measured", "baseline (same run)", "target", "verdict")
     widths = [max(w, len(h)) for w, h in zip(widths, header, strict=True)]

@@ -3,7 +3,8 @@
 Two private ``redis-server`` processes on free loopback ports: one is the broker (and
 holds the task records), the other only the pause store, so the store's command
 counters see the workers' store traffic and nothing else. Workers are real
-``celery worker`` processes (prefork) running the test app ``support.proj``.
+``celery worker`` processes (prefork unless told otherwise) running the test app
+``support.proj``.
 """
 
 from __future__ import annotations
@@ -79,6 +80,7 @@ class World:
         *,
         queue: str,
         concurrency: int = 1,
+        pool: str = "prefork",
         install: bool = True,
         prefix: Sequence[str] = (),
         timeout: float = 120,
@@ -97,7 +99,7 @@ class World:
             "PAUSE_TEST_INSTALL": "1" if install else "0",
             "PYTHONPATH": str(ROOT),
         }
-        args = ["-P", "prefork", "-c", str(concurrency), "-Q", queue]
+        args = ["-P", pool, "-c", str(concurrency), "-Q", queue]
         started = [Worker(self, name, args, env, prefix).start() for name in names]  # type: ignore[arg-type]
         self.workers += started
         for worker in started:

@@ -132,6 +132,9 @@ def status_json(
                 ],
                 "held": w.held,
                 "seen": w.seen,
+                "pool": w.pool or None,
+                "pause_guaranteed": w.guaranteed,
+                "pool_problem": w.pool_problem or None,
             }
             for w, state in zip(status.workers, states, strict=True)
         ],
@@ -140,6 +143,7 @@ def status_json(
             "paused": states.count("paused"),
             "running_in_scope": sum(len(w.running) for w in status.workers),
             "held": sum(w.held for w in status.workers),
+            "not_guaranteed": sum(1 for w in status.workers if not w.guaranteed),
         },
         "queues": [
             {

@@ -26,6 +26,15 @@ class WorkerReport:
     """Task names, in the order of ``running``."""
     breakers: tuple[str, ...] = ()
     """Circuit breakers whose agent runs on this worker."""
+    pool: str = ""
+    """The worker's execution pool (``prefork``, ``threads``, ... or ``module:Class``)."""
+    pool_problem: str = ""
+    """Why the pause cannot be guaranteed on this worker's pool; empty when it can."""
+
+    @property
+    def guaranteed(self) -> bool:
+        """Whether this worker's pool holds every task of a paused scope."""
+        return not self.pool_problem
 
     def quiet_for(self, generation: int) -> bool:
         """Whether this worker applied ``generation`` (or later) and runs nothing paused."""
@@ -60,6 +69,8 @@ class WorkerReport:
                 seen=float(data["seen"]),
                 running_names=tuple(str(n) for n in data.get("running_names", ())),
                 breakers=tuple(str(n) for n in data.get("breakers", ())),
+                pool=str(data.get("pool", "")),
+                pool_problem=str(data.get("pool_problem", "")),
             )
         except (ValueError, KeyError, TypeError, AttributeError, OverflowError, RecursionError):
             return None

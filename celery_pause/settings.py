@@ -27,6 +27,7 @@ DEFAULTS: dict[str, Any] = {
     "pause_warn_after": 3600.0,
     "pause_warn_every": 900.0,
     "pause_history_size": 500,
+    "pause_green_loop_wait": 0.25,
 }
 
 
@@ -49,6 +50,7 @@ class PauseConfig:
     store_options: dict[str, Any] = field(default_factory=dict)
     """Options of a ``sentinel://`` store: ``pause_store_transport_options``, or the
     broker's transport options when the broker doubles as the store."""
+    green_loop_wait: float = 0.25
 
     @classmethod
     def from_app(cls, app: Celery) -> PauseConfig:
@@ -84,6 +86,7 @@ class PauseConfig:
             ),
             warn_every=_positive(values, "pause_warn_every"),
             history_size=_count(values, "pause_history_size"),
+            green_loop_wait=min(_positive(values, "pause_green_loop_wait"), 2.0),
         )
 
 

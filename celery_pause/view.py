@@ -39,6 +39,10 @@ class WorkerView:
     store_ok: bool
     loop_idle: float
     busy: bool
+    pool: str = ""
+    """The worker's execution pool."""
+    pool_problem: str = ""
+    """Why the pause cannot be guaranteed on that pool; empty when it can."""
 
     @property
     def paused_queues(self) -> tuple[str, ...]:

@@ -14,6 +14,7 @@ import time
 from typing import Any
 
 import redis
+from billiard.process import current_process
 from celery import Celery
 
 import celery_pause
@@ -62,7 +63,8 @@ def make_app(
 
     def record(self: Any, tag: str, duration: float = 0.0) -> str:
         """Record this task's start (id, name, tag, queue, time, worker and its main
-        process), work for ``duration``, then record that it finished (under ``finished_key``)."""
+        process), work for ``duration`` (``time.sleep``: it yields on gevent and eventlet,
+        which patch it), then record that it finished (under ``finished_key``)."""
         entry = {
             "id": self.request.id,
             "task": self.name,
@@ -70,11 +72,11 @@ def make_app(
             "queue": (self.request.delivery_info or {}).get("routing_key"),
             "started": time.time(),
             "worker": self.request.hostname,
-            "worker_pid": os.getppid(),
+            "worker_pid": worker_pid(),
         }
         records.rpush(record_key, json.dumps(entry))
         time.sleep(duration)
-        done = {"id": self.request.id, "worker_pid": os.getppid(), "finished": time.time()}
+        done = {"id": self.request.id, "worker_pid": worker_pid(), "finished": time.time()}
         records.rpush(finished_key, json.dumps(done))
         return tag
 
@@ -86,6 +88,12 @@ def make_app(
 
         register(app, namespace, breaker_options)
     return app
+
+
+def worker_pid() -> int:
+    """The pid of the worker's main process: a prefork child's parent, or this process
+    (threads, gevent, eventlet and solo run tasks in the main process)."""
+    return os.getppid() if current_process().name != "MainProcess" else os.getpid()
 
 
 def app_from_env() -> Celery:

@@ -139,12 +139,12 @@ def started_between(runs: list[dict[str, Any]], start: float, end: float) -> lis
 def test_breaker_trips_across_workers_pauses_probes_once_and_every_task_completes(
     make_world: Any, broker: str
 ) -> None:
-    # Given two workers and a dependency that is down
+    # Given two workers, one prefork and one gevent, and a dependency that is down
     world = make_world(
         broker, fail_max=3, window=30, reset_timeout=2, requeue_delay=1, max_reset_timeout=4
     )
     world.dependency("down")
-    workers = [world.cluster.worker(name) for name in ("w1", "w2")]
+    workers = [world.cluster.worker("w1"), world.cluster.worker("w2", pool="gevent", concurrency=4)]
     for worker in workers:
         worker.wait_applied()
 

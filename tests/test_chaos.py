@@ -1,6 +1,6 @@
 """Chaos: random pauses and resumes while workers are killed, store connections dropped
-and a push notification lost. Run it alone with ``pytest -m chaos``; ``CHAOS_SEED=n``
-replays a run.
+and a push notification lost, on three workers of three pools (prefork, threads,
+gevent). Run it alone with ``pytest -m chaos``; ``CHAOS_SEED=n`` replays a run.
 
 It runs once with Redis and once with RabbitMQ as the broker. The store, and the
 Redis broker, are a private ``redis-server``: the test shortens the visibility
@@ -38,7 +38,9 @@ pytestmark = pytest.mark.chaos
 SEED = int(os.environ.get("CHAOS_SEED") or random.randrange(2**32))
 TASKS = 1000
 CHAOS_SECONDS = 45.0
-WORKERS = 3
+POOLS = ("prefork", "threads", "gevent")
+"""One worker of each: tasks wait for a process, in the executor's queue, or in a full
+greenlet pool (the consumer blocked) when a pause lands."""
 VISIBILITY = 8  # seconds before kombu redelivers the messages of a killed worker
 STORE_DB = 1
 
@@ -205,7 +207,7 @@ class Chaos:
         assert victim.proc is not None and record["worker_pid"] == victim.proc.pid
         self.killed[victim.proc.pid] = time.time()
         victim.kill()
-        self.workers[index] = self.cluster.worker(victim.name, queues=self.queues, concurrency=2)
+        self.workers[index] = start_worker(self.cluster, index, self.queues)
         self.counts["workers killed while running a task"] += 1
 
     def drop_a_store_connection(self) -> None:
@@ -234,6 +236,11 @@ class Chaos:
         self.counts["store connections dropped"] += dropped
 
 
+def start_worker(cluster: Cluster, index: int, queues: list[str]) -> Worker:
+    """Worker ``w<index>``, on the pool ``POOLS[index]``, concurrency 2."""
+    return cluster.worker(f"w{index}", queues=queues, concurrency=2, pool=POOLS[index])
+
+
 def test_pauses_hold_under_chaos(
     cluster: Cluster, server: RedisServer, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -243,10 +250,9 @@ def test_pauses_hold_under_chaos(
     rng = random.Random(SEED)
     chaos = Chaos(cluster, server, rng)
 
-    # Given three prefork workers on four queues, acks late, and tasks arriving steadily
-    chaos.workers = [
-        cluster.worker(f"w{i}", queues=chaos.queues, concurrency=2) for i in range(WORKERS)
-    ]
+    # Given three workers (prefork, threads, gevent) on four queues, acks late, and tasks
+    # arriving steadily
+    chaos.workers = [start_worker(cluster, i, chaos.queues) for i in range(len(POOLS))]
     for worker in chaos.workers:
         worker.wait_applied()
     faults = {

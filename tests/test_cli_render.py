@@ -159,7 +159,14 @@ def test_unreadable_state_shows_as_a_hold_on_everything() -> None:
 def test_status_json_schema() -> None:
     # Given a partial pause with a busy worker
     holds = [hold(["emails"], resume_at=NOW + 60)]
-    busy = report("w1@host", paused=["emails"], running=("id-1",), running_names=("send",), held=2)
+    busy = report(
+        "w1@host",
+        paused=["emails"],
+        running=("id-1",),
+        running_names=("send",),
+        held=2,
+        pool="threads",
+    )
 
     # When rendered as JSON
     doc = json.loads(json.dumps(status_json(cluster(holds, [busy]), {"emails": 7, "web": None})))
@@ -185,9 +192,14 @@ def test_status_json_schema() -> None:
             "running": [{"id": "id-1", "name": "send"}],
             "held": 2,
             "seen": NOW - 0.4,
+            "pool": "threads",
+            "pause_guaranteed": True,
+            "pool_problem": None,
         }
     ]
-    assert doc["totals"] == {"workers": 1, "paused": 0, "running_in_scope": 1, "held": 2}
+    assert doc["totals"] == {
+        "workers": 1, "paused": 0, "running_in_scope": 1, "held": 2, "not_guaranteed": 0,
+    }  # fmt: skip
     assert doc["queues"] == [
         {"name": "emails", "waiting": 7, "paused": True, "partly_paused": False},
         {"name": "web", "waiting": None, "paused": False, "partly_paused": False},

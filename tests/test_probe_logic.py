@@ -53,6 +53,7 @@ def view(**changes: Any) -> WorkerView:
         store_ok=True,
         loop_idle=0.1,
         busy=False,
+        pool="prefork",
     )
     return replace(base, **changes)
 
@@ -73,7 +74,10 @@ def test_a_worker_paused_on_some_of_its_queues_is_still_ready() -> None:
 
     # When probed, Then it is ready and says which queue is paused
     response = get(monitor, "/readyz")
-    assert (response.status, body(response)) == (200, {"ready": True, "paused_queues": ["a"]})
+    assert (response.status, body(response)) == (
+        200,
+        {"ready": True, "paused_queues": ["a"], "pool": "prefork", "pause_guaranteed": True},
+    )
 
 
 def test_a_worker_holding_everything_for_an_unreadable_state_says_so() -> None:
@@ -148,6 +152,8 @@ def test_settings_have_explicit_defaults() -> None:
     assert config(pause_http_port="8080").http_port == 8080
     assert config(pause_http_port=0).http_port == 0
     assert config(pause_warn_after=None).warn_after is None
+    assert defaults.green_loop_wait == 0.25
+    assert config(pause_green_loop_wait=5).green_loop_wait == 2.0  # Celery's own wait
 
 
 @pytest.mark.parametrize(
@@ -160,6 +166,7 @@ def test_settings_have_explicit_defaults() -> None:
         ("pause_warn_every", "often", "number"),
         ("pause_history_size", 0, "at least 1"),
         ("pause_history_size", 2.5, "whole number"),
+        ("pause_green_loop_wait", -1, "positive"),
     ],
 )
 def test_bad_settings_are_named(setting: str, value: Any, says: str) -> None:

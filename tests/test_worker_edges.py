@@ -166,13 +166,17 @@ def test_store_lost_while_paused_keeps_the_worker_paused(redis_url: str, tmp_pat
         cluster.close()
 
 
-def test_threads_pool_is_refused_with_an_explanation(redis_url: str, tmp_path: Path) -> None:
-    cluster = Cluster(broker=redis_url, tmp=tmp_path)
+def test_prefork_without_putlocks_is_refused_with_an_explanation(
+    redis_url: str, tmp_path: Path
+) -> None:
+    # Given prefork with worker_pool_putlocks off: prefetched tasks go to the pool at once
+    cluster = Cluster(broker=redis_url, tmp=tmp_path, worker_pool_putlocks=False)
     try:
-        worker = cluster.worker("w1", pool="threads", concurrency=2)
+        # Then the worker refuses to start, and says what to change
+        worker = cluster.worker("w1")
         assert worker.proc is not None
         assert worker.proc.wait(60) != 0
-        assert "cannot hold tasks on the celery.concurrency.thread pool" in worker.log.read_text()
+        assert "Turn worker_pool_putlocks on" in worker.log.read_text()
     finally:
         cluster.close()
 

@@ -62,7 +62,10 @@ def test_probes_metrics_and_logs_follow_a_pause(observed: Cluster) -> None:
     health = call(base + "/healthz")
     assert (health.status, health.json()["alive"], health.json()["paused"]) == (200, True, False)
     ready = call(base + "/readyz")
-    assert (ready.status, ready.json()) == (200, {"ready": True, "paused_queues": []})
+    assert (ready.status, ready.json()) == (
+        200,
+        {"ready": True, "paused_queues": [], "pool": "prefork", "pause_guaranteed": True},
+    )
     text = metrics_of(base)
     assert metric(text, "celery_pause_queue_paused", queue=queue) == 0
     assert metric(text, "celery_pause_paused") == 0

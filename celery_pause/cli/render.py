@@ -190,8 +190,13 @@ def workers_lines(status: ClusterStatus) -> list[str]:
                 parts[-1] += f" ({tasks_text(report)})"
             if report.held:
                 parts.append(f"held {report.held}")
+        if report.pool and report.pool != "prefork":
+            parts.append(f"pool {report.pool}")
         parts.append(f"seen {max(0.0, status.now - report.seen):.1f}s ago")
         lines.append("  " + "  ".join(parts))
+    for report in workers:
+        if report.pool_problem:
+            lines.append(f"  WARNING {report.hostname}: {report.pool_problem}")
     return lines
 
 

@@ -50,14 +50,22 @@ class Probes:
 
     def readyz(self) -> Response:
         view = self.monitor.view()
+        pool = {"pool": view.pool, "pause_guaranteed": not view.pool_problem}
+        if view.pool_problem:
+            pool["pool_problem"] = view.pool_problem
         if not view.connected or not view.applied:
-            return json_response(503, {"ready": False, "reason": "not connected to the broker yet"})
+            return json_response(
+                503, {"ready": False, "reason": "not connected to the broker yet", **pool}
+            )
         if not view.fully_paused:
-            return json_response(200, {"ready": True, "paused_queues": list(view.paused_queues)})
+            return json_response(
+                200, {"ready": True, "paused_queues": list(view.paused_queues), **pool}
+            )
         reason, by = view.hold_summary()
         return json_response(
             503,
             {
+                **pool,
                 "ready": False,
                 "reason": reason,
                 "paused_by": by or None,

@@ -118,6 +118,14 @@ class PauseCollector:
             "Generation of the pause state the worker applied (-1 before the first).",
             value=float(view.generation),
         )
+        guaranteed = GaugeMetricFamily(
+            "celery_pause_guaranteed",
+            "1 if the worker's pool holds every task of a paused scope, 0 if it cannot "
+            "(a third-party pool).",
+            labels=["pool"],
+        )
+        guaranteed.add_metric([view.pool], 0.0 if view.pool_problem else 1.0)
+        yield guaranteed
         yield GaugeMetricFamily(
             "celery_pause_store_up",
             "1 if the worker's last read of the pause store succeeded, else 0.",

@@ -1,7 +1,9 @@
 """The consumer bootstep that applies the pause state, and owns what is applied.
 
-It wraps the consumer's task handler in the :class:`~.gate.Gate`, cancels and
-re-adds the consumers of paused queues, and hands held requests on at resume.
+It wraps the consumer's task handler in the :class:`~.gate.Gate` (and, on the
+threads, gevent and eventlet pools, the pool's start of each task: see
+:mod:`.pools`), cancels and re-adds the consumers of paused queues, and hands
+held requests on at resume.
 The store thread (:mod:`.sync`) reads and reports; every change it reads is
 applied here, on the consumer loop.
 """
@@ -20,7 +22,6 @@ from .. import (
     control,  # noqa: F401  (registers the pause_refresh command)
     signals,
 )
-from ..errors import ConfigurationError
 from ..routing import QueueResolver
 from ..scope import EVERYTHING, NOTHING, Scope
 from ..settings import config_for
@@ -28,6 +29,7 @@ from ..state import Hold
 from ..stores import Snapshot, store_for
 from ..view import GateCounters
 from .gate import Gate
+from .pools import PoolSupport, StartCheck, shorten_synloop_wait, support_for
 from .sync import StoreSync
 
 logger = logging.getLogger(__name__)
@@ -46,7 +48,7 @@ class ApplyStep(bootsteps.StartStopStep):
 
     def __init__(self, c: Consumer, **kwargs: Any) -> None:
         super().__init__(c, **kwargs)
-        refuse_inexact_pool(c)
+        self.pool: PoolSupport = support_for(c)
         self.config = config_for(c.app)
         self.store = store_for(c.app)
         self.consumer = c
@@ -56,8 +58,13 @@ class ApplyStep(bootsteps.StartStopStep):
             QueueResolver(c.app),
             hostname=c.hostname,
             qos=lambda: getattr(self.consumer, "qos", None),
+            start_check=self.pool.start_check,
         )
         c.on_task_request = self.gate
+        if self.pool.start_check:
+            StartCheck(c.pool, self.gate)
+        if self.pool.problem:
+            logger.error("celery-pause: %s", self.pool.problem)
         c.celery_pause = self
         self.applied: Applied | None = None
         """The generation and scope this worker applies; ``None`` before the first."""
@@ -69,6 +76,7 @@ class ApplyStep(bootsteps.StartStopStep):
             store=self.store,
             config=self.config,
             hostname=c.hostname,
+            pool=self.pool,
             gate=self.gate,
             applied=lambda: self.applied,
             breakers=lambda: self.breakers,
@@ -113,6 +121,7 @@ class ApplyStep(bootsteps.StartStopStep):
 
     def start(self, c: Consumer) -> None:
         self.consumer = c
+        shorten_synloop_wait(c, self.pool, self.config.green_loop_wait)
         if self.consumed is None:
             self.consumed = list(c.app.amqp.queues.consume_from)
             generation, scope = self._initial_state()
@@ -237,25 +246,3 @@ class ApplyStep(bootsteps.StartStopStep):
                 returned,
                 self.config.max_hold,
             )
-
-
-def refuse_inexact_pool(c: Consumer) -> None:
-    """Refuse pools where prefetched tasks reach the pool before the gate can hold them."""
-    controller = c.controller
-    if (
-        getattr(c.pool, "uses_semaphore", False)
-        and getattr(controller, "pool_putlocks", False)
-        and getattr(controller, "semaphore", None) is not None
-    ):
-        return  # prefork with putlocks: requests wait for a slot in the gate's reach
-    if type(c.pool).__module__ == "celery.concurrency.solo":
-        return  # one task at a time in the consumer thread: the gate sees each one
-    if type(c.pool).__module__ == "celery.concurrency.prefork" and c.pool.putlocks:
-        # No event loop (e.g. the filesystem transport): billiard blocks the consumer
-        # thread until a process is free, so prefetched tasks still wait before the gate.
-        return
-    raise ConfigurationError(
-        f"celery-pause cannot hold tasks on the {type(c.pool).__module__} pool: it hands "
-        "prefetched tasks to the pool at once, where they can no longer be held. "
-        "Use the prefork pool (with worker_pool_putlocks on, the default) or solo."
-    )

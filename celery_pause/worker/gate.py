@@ -8,12 +8,21 @@ once held for ``max_hold`` seconds. Each held message widens the channel's prefe
 window by one, as Celery does for the ETA tasks it keeps, so held tasks never stop
 the rest of their queue. A request of a queue the worker is drained from (a
 worker-scoped hold) goes back to the broker at once, for other workers to run.
+
+On pools that start tasks in the worker process (threads, gevent, eventlet) the
+pool asks the gate once more at the moment it would start a task
+(:meth:`Gate.starts`, from a pool thread or greenlet); ``held`` and ``scope``
+change under one lock, so a task either starts before a pause closes the gate
+(and is reported running) or is held.
 """
 
 from __future__ import annotations
 
 import logging
+import threading
 import time
+import weakref
+from bisect import insort
 from collections import Counter
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -39,63 +48,105 @@ class Gate:
         *,
         hostname: str = "",
         qos: Callable[[], Any] = lambda: None,
+        start_check: bool = False,
     ) -> None:
         self._handler = handler
         self._queue_of = queue_of
         self.hostname = hostname
         self._qos = qos
         """The consumer's current prefetch controller (kombu ``QoS``), or ``None``."""
-        self.scope: Scope = NOTHING
+        self._lock = threading.Lock()
+        self._scope: Scope = NOTHING
         self.held: list[tuple[Request, float]] = []
         self.counters = GateCounters()
         self.admit: Callable[[Request], bool] | None = None
         """Hook: requests it returns true for pass although their queue is paused
         (a circuit breaker's trial tasks)."""
+        self.start_check = start_check
+        """Whether the pool asks :meth:`starts` before each task: then only the
+        requests it let start count as running."""
+        self._started: weakref.WeakSet[Request] = weakref.WeakSet()
+
+    @property
+    def scope(self) -> Scope:
+        """What the gate holds."""
+        return self._scope
+
+    @scope.setter
+    def scope(self, scope: Scope) -> None:
+        with self._lock:
+            self._scope = scope
 
     def __call__(self, request: Request) -> Any:
+        # On the consumer loop, where alone a scope opens: no lock needed to decide.
         if self.blocks(request):
             if self.drains(request):
                 self._return([request])
-            else:
+                return None
+            with self._lock:
                 self._hold(request)
             return None
         return self._handler(request)
 
-    def _hold(self, request: Request) -> None:
-        self.held.append((request, time.monotonic()))
-        self.counters.held += 1
+    def _hold(self, request: Request, since: float | None = None) -> None:
+        """Hold ``request`` (under the lock) in arrival order; ``since`` when held before."""
+        if since is None:
+            since = time.monotonic()
+            self.counters.held += 1
+        insort(self.held, (request, since), key=_since)
         qos = self._qos()
         if qos is not None:
             qos.increment_eventually()
 
     def _unhold(self, count: int) -> None:
+        """``count`` held requests left the gate: narrow the prefetch window again."""
         qos = self._qos()
         if qos is not None and count:
             qos.decrement_eventually(count)
 
+    def starts(self, request: Request, *, was_reserved: bool = True) -> bool:
+        """In the pool, just before ``request`` would start: whether it may start now.
+
+        No when its scope is paused (the gate holds it from now on), or when the
+        worker dropped it after its broker connection was lost (the broker
+        delivers it again). Neither runs it nor acknowledges its message.
+        """
+        with self._lock:
+            dropped = was_reserved and request not in worker_state.reserved_requests
+            if not dropped:
+                if self.blocks(request):
+                    self._hold(request)
+                    return False
+                self._started.add(request)
+                return True
+        logger.info(
+            "celery-pause: task %s is from a lost connection: left to the broker", request.id
+        )
+        return False
+
     def blocks(self, request: Request) -> bool:
-        if not (
-            self.scope and self.scope.covers(self._queue_of(request), request.name, self.hostname)
-        ):
+        scope = self._scope
+        if not (scope and scope.covers(self._queue_of(request), request.name, self.hostname)):
             return False
         return self.admit is None or not self.admit(request)
 
     def drains(self, request: Request) -> bool:
         """Whether this worker is taken off the request's queue by a worker-scoped hold."""
-        return self.scope.drains(self._queue_of(request), self.hostname)
+        return self._scope.drains(self._queue_of(request), self.hostname)
 
     def return_drained(self) -> int:
         """Return to the broker every held request of a queue this worker is drained from."""
-        drained = [req for req, _ in self.held if self.drains(req)]
-        if drained:
-            self.held = [(req, since) for req, since in self.held if not self.drains(req)]
-            self._unhold(len(drained))
-            self._return(drained)
+        with self._lock:
+            drained = [req for req, _ in self.held if self.drains(req)]
+            if drained:
+                self.held = [(req, since) for req, since in self.held if not self.drains(req)]
+                self._unhold(len(drained))
+        self._return(drained)
         return len(drained)
 
     def held_by_task(self) -> dict[str, int]:
         """How many requests the gate holds, per task name."""
-        return dict(Counter(req.name for req, _ in self.held))
+        return dict(Counter(req.name for req, _ in list(self.held)))
 
     def take_waiters(self, semaphore: Any) -> int:
         """Move requests of paused queues waiting for a pool slot into the gate.
@@ -108,14 +159,15 @@ class Gate:
             return 0
         keep = []
         taken = 0
-        for entry in list(waiting):
-            _, args, _ = entry
-            request = args[0] if args else None
-            if isinstance(request, Request) and self.blocks(request):
-                self._hold(request)
-                taken += 1
-            else:
-                keep.append(entry)
+        with self._lock:
+            for entry in list(waiting):
+                _, args, _ = entry
+                request = args[0] if args else None
+                if isinstance(request, Request) and self.blocks(request):
+                    self._hold(request)
+                    taken += 1
+                else:
+                    keep.append(entry)
         if taken:
             waiting.clear()
             waiting.extend(keep)
@@ -123,31 +175,42 @@ class Gate:
 
     def release(self) -> int:
         """Pass on, in arrival order, every held request whose queue is no longer paused."""
-        ready = [(req, since) for req, since in self.held if not self.blocks(req)]
-        if not ready:
-            return 0
-        self.held = [(req, since) for req, since in self.held if self.blocks(req)]
-        self._unhold(len(ready))
-        for request, _ in ready:
+        with self._lock:
+            ready = [(req, since) for req, since in self.held if not self.blocks(req)]
+            if not ready:
+                return 0
+            self.held = [(req, since) for req, since in self.held if self.blocks(req)]
+            self._unhold(len(ready))
+        passed = 0
+        for request, since in ready:
+            # Handing one on can block (a full green pool waits for a free slot):
+            # a pause may have closed the gate again meanwhile.
+            with self._lock:
+                if self.blocks(request):
+                    self._hold(request, since)
+                    continue
             self._handler(request)
-        self.counters.released += len(ready)
-        return len(ready)
+            passed += 1
+        self.counters.released += passed
+        return passed
 
     def return_expired(self, max_hold: float) -> int:
         """Return to the broker every request held longer than ``max_hold`` seconds."""
         deadline = time.monotonic() - max_hold
-        expired = [req for req, since in self.held if since <= deadline]
-        if expired:
-            self.held = [(req, since) for req, since in self.held if since > deadline]
-            self._unhold(len(expired))
-            self._return(expired)
+        with self._lock:
+            expired = [req for req, since in self.held if since <= deadline]
+            if expired:
+                self.held = [(req, since) for req, since in self.held if since > deadline]
+                self._unhold(len(expired))
+        self._return(expired)
         return len(expired)
 
     def return_all(self) -> int:
         """Return every held request to the broker (warm shutdown)."""
-        requests = [req for req, _ in self.held]
-        self.held = []
-        self._unhold(len(requests))
+        with self._lock:
+            requests = [req for req, _ in self.held]
+            self.held = []
+            self._unhold(len(requests))
         self._return(requests)
         return len(requests)
 
@@ -169,10 +232,14 @@ class Gate:
         return [task_id for task_id, _ in self.running_tasks(scope)]
 
     def running_tasks(self, scope: Scope) -> list[tuple[str, str]]:
-        """``(id, task name)`` of reserved requests in ``scope`` that the gate does not hold."""
+        """``(id, task name)`` of requests in ``scope`` that may be running.
+
+        Every reserved request the gate does not hold; with the start check, only
+        those the pool was let start: the others will ask before they start.
+        """
         if not scope:
             return []
-        held = {id(req) for req, _ in self.held}
+        held = {id(req) for req, _ in list(self.held)}
         for _ in range(5):
             try:
                 reserved = tuple(worker_state.reserved_requests)
@@ -184,5 +251,11 @@ class Gate:
         return sorted(
             (req.id, req.name)
             for req in reserved
-            if id(req) not in held and scope.covers(self._queue_of(req), req.name, self.hostname)
+            if id(req) not in held
+            and (not self.start_check or req in self._started)
+            and scope.covers(self._queue_of(req), req.name, self.hostname)
         )
+
+
+def _since(entry: tuple[Request, float]) -> float:
+    return entry[1]

@@ -162,6 +162,8 @@ class Monitor:
             store_ok=step.store_ok if step is not None else False,
             loop_idle=time.monotonic() - self.last_tick,
             busy=bool(worker_state.active_requests),
+            pool=step.pool.name if step is not None else "",
+            pool_problem=step.pool.problem if step is not None else "",
         )
         starts = [h.paused_at for h in view.relevant_holds() if h.paused_at]
         since = min(starts) if starts else paused_at

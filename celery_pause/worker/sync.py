@@ -22,6 +22,7 @@ from ..scope import Scope
 from ..settings import PauseConfig
 from ..stores import Snapshot, Store
 from .gate import Gate
+from .pools import PoolSupport
 
 logger = logging.getLogger(__name__)
 
@@ -38,6 +39,7 @@ class StoreSync(threading.Thread):
         store: Store,
         config: PauseConfig,
         hostname: str,
+        pool: PoolSupport,
         gate: Gate,
         applied: Callable[[], tuple[int, Scope] | None],
         breakers: Callable[[], tuple[str, ...]],
@@ -48,6 +50,7 @@ class StoreSync(threading.Thread):
         self.store = store
         self.config = config
         self.hostname = hostname
+        self.pool = pool
         self.gate = gate
         self._applied = applied
         self._breakers = breakers
@@ -136,8 +139,9 @@ class StoreSync(threading.Thread):
         applied = self._applied()
         if applied is not None and self.gate.running(applied[1]):
             timeout = min(timeout, DRAIN_CHECK)
-        if self.gate.held:
-            oldest = self.gate.held[0][1]
+        held = self.gate.held  # the loop replaces the list, pool threads add to it
+        if held:
+            oldest = held[0][1]
             timeout = min(timeout, max(oldest + self.config.max_hold - now, DRAIN_CHECK))
         return timeout
 
@@ -184,6 +188,8 @@ class StoreSync(threading.Thread):
             seen=self.store.now(),
             running_names=names,
             breakers=self._breakers(),
+            pool=self.pool.name,
+            pool_problem=self.pool.problem,
         )
 
     def _log_store_error(self, exc: StoreError) -> None:
