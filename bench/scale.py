@@ -40,6 +40,7 @@ from celery_pause.report import WorkerReport  # noqa: E402
 from celery_pause.settings import config_for  # noqa: E402
 from celery_pause.stores import Snapshot, Store, open_store  # noqa: E402
 from celery_pause.worker.gate import Gate  # noqa: E402
+from celery_pause.worker.pools import PREFORK, PoolSupport  # noqa: E402
 from celery_pause.worker.sync import StoreSync  # noqa: E402
 from support.redis_server import RedisServer  # noqa: E402
 
@@ -99,6 +100,7 @@ class SimulatedWorker:
             config=config_for(app),
             hostname=hostname,
             gate=self.gate,
+            pool=PoolSupport(PREFORK),
             applied=lambda: self.applied,
             breakers=lambda: (),
             deliver=self.deliver,

@@ -213,16 +213,15 @@ def wait_until_quiet(
     deadline = time.monotonic() + timeout
     while True:
         workers = store.live_reports(ttl, store.now())
-        current = store.read().state.generation
         if progress is not None:
             progress(workers)
-        busy = {
-            w.hostname: list(w.running)
-            for w in workers
-            if not w.quiet_for(generation) or w.generation > current
-        }
+        busy = {w.hostname: list(w.running) for w in workers if not w.quiet_for(generation)}
         if not busy:
-            return workers
+            # Every report says quiet: read the state's generation only now, once.
+            current = store.read().state.generation
+            busy = {w.hostname: list(w.running) for w in workers if w.generation > current}
+            if not busy:
+                return workers
         if time.monotonic() >= deadline:
             raise PauseTimeout(timeout, busy)
         time.sleep(WAIT_POLL)

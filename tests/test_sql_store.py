@@ -100,6 +100,26 @@ def test_an_unreachable_database_is_a_store_error_without_the_password(url: str)
     assert caught.value.__cause__ is None and caught.value.__suppress_context__
 
 
+def test_a_connection_the_database_dropped_is_replaced_without_an_error() -> None:
+    # Given a PostgreSQL store whose pooled connection the server then terminates
+    require("PostgreSQL", "127.0.0.1", 5432)
+    store = SqlStore(POSTGRESQL_STORE, f"dropped-{uuid.uuid4().hex[:8]}")
+    store.read()
+    with store.engine.connect() as conn:
+        pid = conn.exec_driver_sql("SELECT pg_backend_pid()").scalar()
+    admin = sa.create_engine(POSTGRESQL_STORE[len("db+") :])
+    try:
+        with admin.connect() as conn:
+            assert conn.execute(sa.text("SELECT pg_terminate_backend(:pid)"), {"pid": pid}).scalar()
+        # When the store is used again, Then the call succeeds on a new connection
+        assert store.read().state.generation == 0
+        with store.engine.connect() as conn:
+            assert conn.exec_driver_sql("SELECT pg_backend_pid()").scalar() != pid
+    finally:
+        admin.dispose()
+        store.close()
+
+
 def test_a_wrong_password_or_database_is_a_store_error_without_the_password() -> None:
     require("MariaDB", "127.0.0.1", 3306)
     require("PostgreSQL", "127.0.0.1", 5432)

@@ -87,7 +87,8 @@ def _options(family: str, timeout: float) -> dict[str, Any]:
         connect_args |= {"read_timeout": max(10 * seconds, 30), "write_timeout": 10 * seconds}
     return {
         "connect_args": connect_args,
-        "pool_pre_ping": True,
+        # No ping per checkout (a round trip on every store call): a connection the
+        # database dropped fails its transaction, is invalidated, and the call runs again.
         # READ COMMITTED: a locking read sees the latest commit, and MySQL takes no gap
         # locks (two first writers of a row then conflict on the key, not deadlock).
         "isolation_level": "READ COMMITTED",
@@ -148,6 +149,8 @@ def failing(url: str) -> Iterator[None]:
 
 
 def _retryable(exc: sa.exc.DBAPIError) -> bool:
+    if exc.connection_invalidated:
+        return True  # a pooled connection the database had dropped: a new one is taken
     orig = exc.orig
     if getattr(orig, "sqlstate", None) in RETRY_SQLSTATES:
         return True
