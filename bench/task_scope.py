@@ -34,16 +34,17 @@ HELD = 40
 
 def drain(cluster: Cluster, tasks: int, tag: str) -> float:
     """Send ``tasks`` of the flowing type; their rate from first to last start."""
-    before = len(cluster.records())
+    records = cluster.records_client
+    before = records.llen(cluster.record_key)
     for i in range(tasks):
         cluster.send(f"{tag}{i}")
-
-    def arrived() -> list[dict[str, Any]] | None:
-        records = cluster.records()[before:]
-        return records if len(records) >= tasks else None
-
-    records = wait_for(arrived, timeout=120, what=f"{tasks} starts")
-    starts = sorted(r["started"] for r in records if r["task"] == RECORD_TASK)
+    wait_for(
+        lambda: records.llen(cluster.record_key) >= before + tasks,
+        timeout=120,
+        what=f"{tasks} starts",
+    )
+    new = [json.loads(raw) for raw in records.lrange(cluster.record_key, before, -1)]
+    starts = sorted(r["started"] for r in new if r["task"] == RECORD_TASK)
     return (len(starts) - 1) / (starts[-1] - starts[0])
 
 
