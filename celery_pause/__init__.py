@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from celery import Celery
 
+from . import beat  # noqa: F401  (connects the beat_init handler)
 from .api import pause, resume, status
 from .breaker.options import CircuitBreaker
 from .breaker.status import BreakerStatus, breaker_status, breaker_statuses

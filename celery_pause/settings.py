@@ -10,6 +10,8 @@ from celery import Celery
 from celery.app import utils as celery_app_utils
 
 from .errors import ConfigurationError
+from .state import BEAT_POLICIES
+from .windows import Window, parse_windows
 
 REDIS_SCHEMES = ("redis", "rediss", "unix")
 DEFAULTS: dict[str, Any] = {
@@ -25,6 +27,8 @@ DEFAULTS: dict[str, Any] = {
     "pause_warn_after": 3600.0,
     "pause_warn_every": 900.0,
     "pause_history_size": 500,
+    "pause_beat_default": "queue",
+    "pause_windows": None,
 }
 
 
@@ -44,6 +48,8 @@ class PauseConfig:
     warn_after: float | None = 3600.0
     warn_every: float = 900.0
     history_size: int = 500
+    beat_default: str = "queue"
+    windows: tuple[Window, ...] = ()
 
     @classmethod
     def from_app(cls, app: Celery) -> PauseConfig:
@@ -70,6 +76,10 @@ class PauseConfig:
             ),
             warn_every=_positive(values, "pause_warn_every"),
             history_size=_count(values, "pause_history_size"),
+            beat_default=_beat(values["pause_beat_default"]),
+            windows=parse_windows(
+                values["pause_windows"], app, _beat(values["pause_beat_default"])
+            ),
         )
 
 
@@ -138,6 +148,12 @@ def _count(values: dict[str, Any], key: str) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise ConfigurationError(f"{key} must be a whole number of at least 1, got {value!r}")
     return value
+
+
+def _beat(value: Any) -> str:
+    if value not in BEAT_POLICIES:
+        raise ConfigurationError(f"pause_beat_default must be 'queue' or 'skip', got {value!r}")
+    return str(value)
 
 
 def _bounded_hold(app: Celery, max_hold: float) -> float:

@@ -167,9 +167,9 @@ def test_status_json_schema() -> None:
     # Then every documented key is there with its type
     assert set(doc) == {
         "schema", "state", "paused_queues", "since", "generation", "now", "store",
-        "holds", "workers", "totals", "queues", "breakers",
+        "holds", "scheduled", "windows", "workers", "totals", "queues", "breakers",
     }  # fmt: skip
-    assert doc["breakers"] == []
+    assert doc["breakers"] == [] and doc["scheduled"] == [] and doc["windows"] == []
     assert doc["schema"] == 1
     assert doc["state"] == "PARTIAL"
     assert doc["paused_queues"] == ["emails"]
@@ -185,6 +185,7 @@ def test_status_json_schema() -> None:
             "running": [{"id": "id-1", "name": "send"}],
             "held": 2,
             "seen": NOW - 0.4,
+            "as_of": 0.0,
         }
     ]
     assert doc["totals"] == {"workers": 1, "paused": 0, "running_in_scope": 1, "held": 2}
