@@ -23,7 +23,7 @@ from typing import Any
 from celery import Celery
 from celery.schedules import crontab, schedule
 
-from .errors import ConfigurationError
+from .errors import InvalidWindow
 
 HORIZON = 5 * 366 * 86400.0
 """A schedule with no run within this many seconds counts as never firing."""
@@ -33,13 +33,13 @@ def as_schedule(value: Any, app: Celery, name: str) -> Any:
     """A Celery schedule object: ``value`` itself (bound to ``app`` as beat binds its entries),
     or ``schedule(run_every=value)`` for a number of seconds or a ``timedelta``."""
     if isinstance(value, bool):
-        raise ConfigurationError(f"window {name!r}: schedule must be a Celery schedule")
+        raise InvalidWindow(f"window {name!r}: schedule must be a Celery schedule")
     if isinstance(value, (int, float, timedelta)):
         value = schedule(run_every=value, app=app)
     if not callable(getattr(value, "remaining_estimate", None)) or not callable(
         getattr(value, "is_due", None)
     ):
-        raise ConfigurationError(
+        raise InvalidWindow(
             f"window {name!r}: schedule must be a Celery schedule (crontab(...), "
             f"schedule(run_every=...) or any object with remaining_estimate and is_due), "
             f"got {type(value).__name__}"
@@ -47,7 +47,7 @@ def as_schedule(value: Any, app: Celery, name: str) -> Any:
     if getattr(value, "_app", app) is None:
         value.app = app
     if isinstance(value, schedule) and not value.run_every.total_seconds() >= 1:
-        raise ConfigurationError(f"window {name!r}: a schedule's period must be at least 1s")
+        raise InvalidWindow(f"window {name!r}: a schedule's period must be at least 1s")
     return value
 
 

@@ -26,7 +26,7 @@ from typing import Any
 
 from celery import Celery
 
-from .errors import ConfigurationError, InvalidInput
+from .errors import InvalidInput, InvalidWindow
 from .formatting import format_time
 from .recurrence import as_schedule, next_start, starts
 from .scope import Scope
@@ -134,16 +134,16 @@ def window_named(windows: Sequence[Window], name: str) -> Window:
 
 # -- configuration ----------------------------------------------------------------------------
 def parse_windows(value: Any, app: Celery, beat_default: str) -> tuple[Window, ...]:
-    """The windows of ``pause_windows``; :class:`ConfigurationError` for anything amiss."""
+    """The windows of ``pause_windows``; :class:`InvalidWindow` for anything amiss."""
     if value is None:
         return ()
     if isinstance(value, (str, bytes, dict)) or not isinstance(value, Iterable):
-        raise ConfigurationError("pause_windows must be a list of window dicts")
+        raise InvalidWindow("pause_windows must be a list of window dicts")
     windows = [parse_window(item, app, beat_default) for item in value]
     names = [w.name for w in windows]
     for name in names:
         if names.count(name) > 1:
-            raise ConfigurationError(f"pause_windows: two windows are named {name!r}")
+            raise InvalidWindow(f"pause_windows: two windows are named {name!r}")
     now = time.time()
     samples = {w.name: check_recurrence(w, now) for w in windows}
     for i, one in enumerate(windows):
@@ -151,7 +151,7 @@ def parse_windows(value: Any, app: Celery, beat_default: str) -> tuple[Window, .
             if one.beat != other.beat and one.scope.overlaps(other.scope):
                 clash = first_overlap(one, samples[one.name], other, samples[other.name])
                 if clash is not None:
-                    raise ConfigurationError(
+                    raise InvalidWindow(
                         f"pause_windows: windows {one.name!r} (beat {one.beat}) and "
                         f"{other.name!r} (beat {other.beat}) overlap in scope and time (both "
                         f"from {format_time(clash)}) but disagree on beat; give them one policy"
@@ -161,25 +161,25 @@ def parse_windows(value: Any, app: Celery, beat_default: str) -> tuple[Window, .
 
 def parse_window(item: Any, app: Celery, beat_default: str) -> Window:
     if not isinstance(item, dict):
-        raise ConfigurationError(f"pause_windows: each window is a dict, got {item!r:.60}")
+        raise InvalidWindow(f"pause_windows: each window is a dict, got {item!r:.60}")
     name = item.get("name")
     if not isinstance(name, str) or not NAME.match(name):
-        raise ConfigurationError(
+        raise InvalidWindow(
             f"pause_windows: a window needs a name of 1-64 letters, digits, '_', '.' or '-', "
             f"got {name!r:.60}"
         )
     unknown = sorted(set(item) - KEYS)
     if unknown:
-        raise ConfigurationError(
+        raise InvalidWindow(
             f"window {name!r}: unknown key(s) {', '.join(map(str, unknown))}; "
             f"use {', '.join(sorted(KEYS))}"
         )
     for key in ("schedule", "duration"):
         if key not in item:
-            raise ConfigurationError(f"window {name!r}: {key} is missing")
+            raise InvalidWindow(f"window {name!r}: {key} is missing")
     beat = item.get("beat", beat_default)
     if beat not in BEAT_POLICIES:
-        raise ConfigurationError(f"window {name!r}: beat must be 'queue' or 'skip', got {beat!r}")
+        raise InvalidWindow(f"window {name!r}: beat must be 'queue' or 'skip', got {beat!r}")
     try:
         scope = Scope.of(
             check_names(item.get("queues"), "queue"),
@@ -189,7 +189,7 @@ def parse_window(item: Any, app: Celery, beat_default: str) -> Window:
         reason = check_reason(item.get("reason"))
         duration = window_duration(item["duration"])
     except InvalidInput as exc:
-        raise ConfigurationError(f"window {name!r}: {exc}") from None
+        raise InvalidWindow(f"window {name!r}: {exc}") from None
     recurrence = as_schedule(item["schedule"], app, name)
     return Window(name, recurrence, duration, scope, reason, beat)
 
@@ -210,16 +210,16 @@ def check_recurrence(window: Window, now: float) -> list[float]:
     try:
         sample = starts(window.schedule, now, SAMPLE)
     except Exception as exc:
-        raise ConfigurationError(
+        raise InvalidWindow(
             f"window {window.name!r}: cannot compute when {window.schedule!r} fires: {exc!r}"
         ) from None
     if not sample:
-        raise ConfigurationError(
+        raise InvalidWindow(
             f"window {window.name!r}: {window.schedule!r} never fires (no run within 5 years)"
         )
     gaps = [b - a for a, b in itertools.pairwise(sample)]
     if gaps and window.duration > min(gaps):
-        raise ConfigurationError(
+        raise InvalidWindow(
             f"window {window.name!r}: duration {window.duration:g}s is longer than its period "
             f"({min(gaps):g}s between two starts): it would never end"
         )
