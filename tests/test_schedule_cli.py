@@ -14,7 +14,7 @@ from celery import Celery
 from celery.schedules import crontab, schedule
 
 import celery_pause
-from celery_pause import AlreadyPaused, InvalidInput, InvalidWindow
+from celery_pause import AlreadyPaused, ConfigurationError, InvalidInput, InvalidWindow
 from celery_pause.history import CANCEL, history
 from celery_pause.scope import Scope
 from celery_pause.state import Hold
@@ -274,3 +274,19 @@ def test_metrics_count_scheduled_holds_by_source() -> None:
     assert 'celery_pause_scheduled_holds{source="window:nightly"} 1.0' in text
     (line,) = [x for x in text.splitlines() if x.startswith("celery_pause_next_scheduled_start")]
     assert 55 < float(line.split()[-1]) <= 60
+
+
+def test_the_beat_default_setting_applies_to_pauses_and_is_checked(world: Cluster) -> None:
+    app = make_app(
+        namespace=world.namespace,
+        broker=world.broker,
+        store=world.store_url,
+        pause_beat_default="skip",
+    )
+    assert celery_pause.pause(app, queues=["q"]).hold.beat == "skip"
+    assert celery_pause.pause(app, queues=["r"], beat="queue").hold.beat == "queue"
+    wrong = make_app(
+        namespace=world.namespace, broker=world.broker, store=world.store_url, pause_beat_default=1
+    )
+    with pytest.raises(ConfigurationError, match="pause_beat_default must be 'queue' or 'skip'"):
+        celery_pause.status(wrong)

@@ -146,3 +146,25 @@ def run_window(cluster: Cluster, name: str, queue: str) -> None:
     assert store_now(cluster) < following + 3
     ended = [e for e in history(cluster.app) if e.action == RESUME]
     assert ended and ended[0].source == f"window:{name}" and ended[0].by == "ops"
+
+
+def test_waiting_on_a_scheduled_pause_waits_for_its_start_then_for_quiet(world: Cluster) -> None:
+    # Given a worker running a task that lasts past the scheduled start
+    worker = world.worker("w1")
+    worker.wait_applied()
+    world.send("long", 3.0)
+    world.wait_records(1)
+    start = store_now(world) + 1.5
+
+    # When a pause starting then is asked for with wait=True
+    result = celery_pause.pause(
+        world.app, queues=[world.queue()], start_at=start, wait=True, timeout=20
+    )
+    returned = store_now(world)
+
+    # Then it returns after the start, once the long task finished, confirmed by the worker
+    finished = world.records_client.lrange(world.finished_key, 0, -1)
+    assert returned >= start and len(finished) == 1
+    (confirmed,) = result.workers
+    assert confirmed.hostname == worker.hostname and confirmed.as_of >= start
+    assert confirmed.paused == [world.queue()]
