@@ -18,7 +18,7 @@ from celery_pause.stores import store_for
 from support.harness import Cluster, wait_for
 
 POLL = 2.0
-MARGIN = 0.3
+MARGIN = 0.4
 """Seconds after a start by which no task of the scope may start any more."""
 SKEW = 0.1
 """Seconds by which an end may come early: each process extrapolates the store's clock from
