@@ -20,7 +20,7 @@ from celery import Celery, beat, signals
 import celery_pause
 from celery_pause.beat.guard import BeatGuard, SkippedRun
 from celery_pause.history import SKIP, HistoryEntry, history
-from support.harness import Beat, Cluster, free_port, wait_for
+from support.harness import REDIS_STORE, Beat, Cluster, free_port, wait_for
 from support.proj import make_app
 from support.redis_server import RedisServer
 
@@ -107,6 +107,36 @@ def test_queue_keeps_sending_and_resume_starts_the_runs_at_once(world: Cluster) 
 
     # ... and the resume starts them all at once
     assert first_second(world, resumed_at) >= PAUSED_RUNS - 1
+
+
+def test_skip_works_with_redbeat_as_the_user_runs_it(world: Cluster) -> None:
+    # Given beat run with redbeat's scheduler (-S), its entries in Redis
+    settings = {
+        **BEAT,
+        "redbeat_redis_url": REDIS_STORE,
+        "redbeat_key_prefix": f"celery-pause-test:{world.namespace}:redbeat:",
+    }
+    worker = world.worker("w1", extra=settings)
+    worker.wait_applied()
+    beat = world.beat(extra=settings, args=("-S", "redbeat.RedBeatScheduler"))
+    world.wait_records(2, timeout=30)
+    assert beat.log_count("(RedBeatScheduler)") == 1
+
+    # When the queue is paused with "skip", Then beat skips the runs and nothing starts
+    celery_pause.pause(world.app, queues=[world.queue()], beat="skip", wait=True)
+    paused_at = time.time()
+    wait_for(lambda: beat.log_count("beat skipped tick") >= 3, timeout=15, what="redbeat to skip")
+    resumed_at = time.time()
+    celery_pause.resume(world.app, queues=[world.queue()])
+    assert not world.started_between(paused_at, resumed_at)
+
+    # And after the resume no burst, and the schedule continues
+    assert first_second(world, resumed_at) <= 2
+    wait_for(
+        lambda: len(world.started_between(resumed_at, float("inf"))) >= 3,
+        timeout=10,
+        what="ticks to run again after the resume",
+    )
 
 
 # -- any scheduler class, and a store beat cannot read ---------------------------------------
