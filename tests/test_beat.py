@@ -235,3 +235,20 @@ def test_beat_keeps_the_last_state_read_while_the_store_is_down(
             # Then beat keeps skipping as the last state it read says
             assert isinstance(scheduler.apply_async(tick), SkippedRun)
             assert scheduler.sent == []
+
+
+def test_a_window_with_the_skip_policy_makes_beat_skip(world: Cluster) -> None:
+    # Given a window on the queue that is always in force (back-to-back 2 s occurrences)
+    window = {"name": "always", "schedule": 2, "duration": 2, "beat": "skip"}
+    app = make_app(
+        namespace=world.namespace,
+        broker=world.broker,
+        store=world.store_url,
+        pause_windows=[{**window, "queues": [world.queue()]}],
+        **BEAT,
+    )
+    with beat_service(app) as scheduler:
+        # When its entry falls due, Then beat skips it, under the window's hold
+        skipped = scheduler.apply_async(scheduler.schedule["tick"])
+        assert isinstance(skipped, SkippedRun) and skipped.hold.source == "window:always"
+        assert scheduler.sent == []
