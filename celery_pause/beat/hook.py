@@ -33,8 +33,8 @@ def on_beat_init(sender: Any = None, **kwargs: Any) -> None:
     try:
         scheduler = sender.scheduler
         app = scheduler.app
-        if not uses_pause(app):
-            return
+        if not uses_pause(app) or getattr(scheduler, "celery_pause", None) is not None:
+            return  # not an app of ours, or this scheduler follows the pause already
         guard = BeatGuard(app, scheduler)
         guard.install()
         scheduler.celery_pause = guard
