@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from celery import Celery
 
+from . import beat  # noqa: F401  (connects the beat_init handler)
 from .api import pause, resume, status
 from .breaker.options import CircuitBreaker
 from .breaker.status import BreakerStatus, breaker_status, breaker_statuses
@@ -12,6 +13,7 @@ from .errors import (
     AlreadyPaused,
     ConfigurationError,
     InvalidInput,
+    InvalidWindow,
     PauseError,
     PauseTimeout,
     SchemaError,
@@ -36,6 +38,7 @@ __all__ = (
     "HistoryEntry",
     "Hold",
     "InvalidInput",
+    "InvalidWindow",
     "PauseError",
     "PauseResult",
     "PauseState",

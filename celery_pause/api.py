@@ -15,26 +15,34 @@ from celery import Celery
 from .control import notify_workers
 from .errors import AlreadyPaused, InvalidInput, PauseTimeout
 from .formatting import format_time
-from .history import pause_entry, record, resume_entry
+from .history import CANCEL, RESUME, pause_entry, record, resume_entry
+from .lifting import Lifted, lift_hold, lift_scope, lifted_scope
 from .report import WorkerReport
 from .results import ClusterStatus, PauseResult, ResumeResult
-from .scope import DIMENSIONS, NOTHING, Rule, Scope
+from .scope import Rule, Scope
 from .settings import config_for
 from .state import MANUAL, Hold, PauseState
-from .stores import store_for
+from .stores import Snapshot, store_for
 from .validation import (
+    check_beat,
     check_operator,
     check_queues,
     check_reason,
     check_resume,
+    check_start,
     check_tasks,
     check_workers,
 )
+from .windows import with_windows
 
 logger = logging.getLogger(__name__)
 
 WAIT_POLL = 0.01
 """Seconds between reads of the workers' reports while waiting for quiet."""
+START_POLL = 0.5
+"""Most seconds between reads of the store's clock while waiting for a scheduled start."""
+
+__all__ = ("lifted_scope", "pause", "resume", "status", "wait_until_quiet")
 
 Progress = Callable[[PauseResult, Sequence[WorkerReport]], None]
 """Called with the recorded pause and the live workers' reports at every poll of a wait."""
@@ -50,6 +58,8 @@ def pause(
     workers: Iterable[str] | str | None = None,
     resume_after: timedelta | float | None = None,
     resume_at: datetime | float | None = None,
+    start_at: datetime | float | None = None,
+    beat: str | None = None,
     force: bool = False,
     wait: bool = False,
     timeout: float = 30.0,
@@ -62,34 +72,62 @@ def pause(
     A name or pattern that matches no task this app knows, or no live worker, is
     recorded all the same, with a warning in the result.
 
+    ``start_at`` (a datetime, or seconds since the epoch on the store's clock) schedules
+    the pause: it is recorded now, every worker learns it in advance and applies it at
+    that time without a command; ``resume_after`` then counts from the start. ``beat``
+    (``"queue"`` or ``"skip"``, default ``pause_beat_default``) says whether ``celery beat``
+    keeps sending periodic tasks of the scope while the hold is active.
+
     With ``wait=True`` return only once every live worker has applied the pause
-    and runs no task of the paused scope; raise :class:`PauseTimeout` naming the
-    busy workers if that takes longer than ``timeout`` seconds (the pause stays).
-    Raises :class:`AlreadyPaused` if a manual hold overlaps the scope,
-    unless ``force=True``, which replaces it. ``progress`` is called at every
-    poll of the wait. With ``notify=False`` no broadcast is sent and workers
-    apply the pause at their next poll (``pause_poll_interval``).
+    and runs no task of the paused scope (for a scheduled pause: wait for its start,
+    then for that); raise :class:`PauseTimeout` naming the busy workers if that takes
+    longer than ``timeout`` seconds (the pause stays).
+    Raises :class:`AlreadyPaused` if a manual hold overlaps the scope (and, for
+    scheduled holds, the time), unless ``force=True``, which replaces it. ``progress`` is
+    called at every poll of the wait. With ``notify=False`` no broadcast is sent and
+    workers learn of the pause at their next poll (``pause_poll_interval``).
     """
     scope = Scope.of(check_queues(queues), tasks=check_tasks(tasks), workers=check_workers(workers))
     reason = check_reason(reason)
     after = check_resume(resume_after, resume_at)
+    start = check_start(start_at)
+    policy = check_beat(beat) or config_for(app).beat_default
     by = check_operator(paused_by) or default_operator()
     replaced: list[Hold] = []
 
     def add_hold(state: PauseState, now: float) -> PauseState:
-        live = state.live_holds(now)
-        conflicts = [hold for hold in live if hold.manual and hold.scope.overlaps(scope)]
-        if conflicts and not force:
-            raise AlreadyPaused(conflicts)
-        replaced[:] = conflicts
-        until = after(now)
-        if until is not None and until <= now:
+        if start is not None and start <= now:
+            raise InvalidInput(
+                f"start_at {format_time(start)} is not in the future (now {format_time(now)})"
+            )
+        until = after(now if start is None else start)
+        if until is not None and start is None and until <= now:
             raise InvalidInput(
                 f"resume_at {format_time(until)} is not in the future (now {format_time(now)})"
             )
+        if until is not None and start is not None and until <= start:
+            raise InvalidInput(
+                f"resume_at {format_time(until)} is not after start_at {format_time(start)}"
+            )
         hold = Hold(
-            scope=scope, source=MANUAL, paused_by=by, reason=reason, paused_at=now, resume_at=until
+            scope=scope,
+            source=MANUAL,
+            paused_by=by,
+            reason=reason,
+            paused_at=now,
+            resume_at=until,
+            start_at=start,
+            beat=policy,
         )
+        live = state.live_holds(now)
+        conflicts = [
+            other
+            for other in live
+            if other.manual and other.scope.overlaps(scope) and other.overlaps_in_time(hold, now)
+        ]
+        if conflicts and not force:
+            raise AlreadyPaused(conflicts)
+        replaced[:] = conflicts
         return state.with_holds([*(h for h in live if h not in conflicts), hold])
 
     store = store_for(app)
@@ -110,8 +148,10 @@ def pause(
     if not wait:
         return result
     watch = None if progress is None else lambda workers: progress(result, workers)
+    if start is not None:
+        wait_for_start(app, start)
     try:
-        confirmed = wait_until_quiet(app, result.generation, timeout, watch)
+        confirmed = wait_until_quiet(app, result.generation, timeout, watch, since=start)
     except PauseTimeout as exc:
         raise PauseTimeout(exc.timeout, exc.busy, paused=result) from None
     return replace(result, workers=tuple(confirmed))
@@ -123,12 +163,13 @@ def resume(
     queues: Iterable[str] | str | None = None,
     tasks: Iterable[str] | str | None = None,
     workers: Iterable[str] | str | None = None,
+    hold: str | None = None,
     force: bool = False,
     resumed_by: str | None = None,
     notify: bool = True,
 ) -> ResumeResult:
-    """Lift the manual holds within ``queues``, ``tasks`` and ``workers`` (each every one
-    by default).
+    """Lift the active manual holds within ``queues``, ``tasks`` and ``workers`` (each every
+    one by default), or exactly the hold whose id is ``hold``.
 
     A hold the resume's scope contains is removed. A hold that differs from it in
     one dimension only, where both list names, loses the names resumed (a hold on
@@ -136,64 +177,86 @@ def resume(
     hold that is no list of names (resuming queue a of a hold on every queue) and
     raises :class:`InvalidInput` before anything changes. Holds owned by a circuit
     breaker stay unless ``force=True``, which lifts them (and a hold standing for
-    unreadable state) by the same rules, leaving whole those it cannot split.
-    ``resumed_by`` (default ``user@host``) is recorded in the history. With
-    ``notify=False`` workers apply the change at their next poll.
+    unreadable state) by the same rules, leaving whole those it cannot split; with
+    ``force`` the current occurrence of a maintenance window the scope contains ends.
+    Scheduled holds (not started yet) stay: cancel one by its id.
+
+    ``hold`` lifts one hold by id (``pause status`` shows them): a manual hold, active or
+    scheduled (breakers' with ``force``), or a maintenance window's current occurrence
+    (ended early) or next one (skipped): ``window:<name>:<start>``, or ``window:<name>``
+    for whichever comes first. ``resumed_by`` (default ``user@host``) is recorded in the
+    history. With ``notify=False`` workers apply the change at their next poll.
     """
-    scope = Scope.of(check_queues(queues), tasks=check_tasks(tasks), workers=check_workers(workers))
-    removed: list[Hold] = []
+    names = (check_queues(queues), check_tasks(tasks), check_workers(workers))
+    if hold is not None and (not isinstance(hold, str) or any(n is not None for n in names)):
+        raise InvalidInput("give a hold id, or a scope (queues, tasks, workers), not both")
+    scope = Scope.of(names[0], tasks=names[1], workers=names[2])
+    windows = config_for(app).windows
+    lifted = Lifted()
 
     def lift(state: PauseState, now: float) -> PauseState | None:
-        removed.clear()
-        kept: list[Hold] = []
-        for hold in state.live_holds(now):
-            rest = hold.scope
-            if hold.manual or force:
-                try:
-                    rest = lifted_scope(hold, scope)
-                except InvalidInput:
-                    if hold.manual:
-                        raise  # a foreign hold it cannot split stays whole
-            if rest != hold.scope:
-                removed.append(hold)
-            if rest:
-                kept.append(replace(hold, scope=rest))
-        if len(kept) == len(state.holds) and not removed:
-            return None
-        return state.with_holds(kept)
+        if hold is not None:
+            return lift_hold(state, now, hold, force=force, windows=windows, lifted=lifted)
+        return lift_scope(state, now, scope, force=force, windows=windows, lifted=lifted)
 
     store = store_for(app)
     snapshot, changed = store.update(lift)
     if changed and notify:
         notify_workers(app)
-    remaining = tuple(
-        hold for hold in snapshot.state.live_holds(snapshot.now) if hold.scope.overlaps(scope)
+    current = in_force(app, snapshot)
+    if hold is not None:
+        scope = (lifted.removed + lifted.cancelled)[0].scope
+    remaining = tuple(h for h in current.active_holds(snapshot.now) if h.scope.overlaps(scope))
+    scheduled = tuple(h for h in current.scheduled_holds(snapshot.now) if h.scope.overlaps(scope))
+    by = resumed_by or default_operator()
+    for action, holds in ((RESUME, lifted.removed), (CANCEL, lifted.cancelled)):
+        if holds:
+            entry = resume_entry(
+                at=snapshot.now,
+                scope=scope,
+                by=by,
+                generation=snapshot.state.generation,
+                removed=holds,
+                kept=snapshot.state.holds,
+                forced=force,
+                action=action,
+            )
+            record(app, entry)
+    return ResumeResult(
+        tuple(lifted.removed),
+        remaining,
+        snapshot.state.generation,
+        cancelled=tuple(lifted.cancelled),
+        scheduled=scheduled,
+        now=snapshot.now,
     )
-    if removed:
-        entry = resume_entry(
-            at=snapshot.now,
-            scope=scope,
-            by=resumed_by or default_operator(),
-            generation=snapshot.state.generation,
-            removed=removed,
-            kept=snapshot.state.holds,
-            forced=force,
-        )
-        record(app, entry)
-    return ResumeResult(tuple(removed), remaining, snapshot.state.generation)
 
 
 def status(app: Celery) -> ClusterStatus:
-    """The holds, the paused queues and every live worker's report."""
+    """The holds (with the maintenance windows' occurrences), the paused scope and every
+    live worker's report."""
     store = store_for(app)
     snapshot = store.read()
+    state = in_force(app, snapshot)
     return ClusterStatus(
-        state=snapshot.state,
+        state=state,
         now=snapshot.now,
-        paused=snapshot.state.paused(snapshot.now),
+        paused=state.paused(snapshot.now),
         workers=tuple(store.live_reports(config_for(app).worker_ttl, snapshot.now)),
         store=store.display_url,
     )
+
+
+def in_force(app: Celery, snapshot: Snapshot) -> PauseState:
+    """The state read, with the app's maintenance windows' current and next occurrences."""
+    return with_windows(snapshot.state, config_for(app).windows, snapshot.now)
+
+
+def wait_for_start(app: Celery, start: float) -> None:
+    """Sleep until the store's clock reaches ``start``."""
+    store = store_for(app)
+    while (left := start - store.now()) > 0:
+        time.sleep(min(left, START_POLL))
 
 
 def wait_until_quiet(
@@ -201,8 +264,11 @@ def wait_until_quiet(
     generation: int,
     timeout: float,
     progress: Callable[[Sequence[WorkerReport]], None] | None = None,
+    *,
+    since: float | None = None,
 ) -> list[WorkerReport]:
-    """Poll worker reports until every live worker applied ``generation`` and is idle in scope.
+    """Poll worker reports until every live worker applied ``generation`` (as the state
+    stood at store time ``since`` or later, when given) and is idle in scope.
 
     A report of a generation above the stored one predates a reset of the state
     (the state was lost, or unreadable and then repaired, which restarts the
@@ -215,7 +281,7 @@ def wait_until_quiet(
         workers = store.live_reports(ttl, store.now())
         if progress is not None:
             progress(workers)
-        busy = {w.hostname: list(w.running) for w in workers if not w.quiet_for(generation)}
+        busy = {w.hostname: list(w.running) for w in workers if not w.quiet_for(generation, since)}
         if not busy:
             # Every report says quiet: read the state's generation only now, once.
             current = store.read().state.generation
@@ -225,27 +291,6 @@ def wait_until_quiet(
         if time.monotonic() >= deadline:
             raise PauseTimeout(timeout, busy)
         time.sleep(WAIT_POLL)
-
-
-def lifted_scope(hold: Hold, lifted: Scope) -> Scope:
-    """What remains of ``hold``'s scope once ``lifted`` is resumed (see :func:`resume`)."""
-    rule, resumed = hold.scope.rule, lifted.rule
-    if not rule.overlaps(resumed):
-        return hold.scope
-    if resumed.contains(rule):
-        return NOTHING
-    outside = [d for d in DIMENSIONS if not Rule(**{d: getattr(resumed, d)}).contains(rule)]
-    if len(outside) == 1:
-        (dimension,) = outside
-        held, freed = getattr(rule, dimension), getattr(resumed, dimension)
-        rest = frozenset(held) - freed if held is not None and freed is not None else None
-        if rest is not None and not Rule(**{dimension: rest}).overlaps(Rule(**{dimension: freed})):
-            return Scope(frozenset({replace(rule, **{dimension: rest})}))
-    raise InvalidInput(
-        f"cannot resume {lifted.describe()} out of the {hold.describe()}: what would remain is "
-        f"no list of names. Resume its whole scope ({hold.scope.describe()}), or resume "
-        "without filters, then pause what should stay paused"
-    )
 
 
 def unmatched(app: Celery, rule: Rule, live: Sequence[WorkerReport]) -> tuple[str, ...]:

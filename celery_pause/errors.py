@@ -19,6 +19,11 @@ class ConfigurationError(PauseError, ImproperlyConfigured):
     """A setting is missing or has a value celery-pause cannot use."""
 
 
+class InvalidWindow(ConfigurationError):
+    """A maintenance window in ``pause_windows`` is malformed, never ends, never fires or
+    clashes with another."""
+
+
 class StoreError(PauseError):
     """The pause store could not be read or written."""
 

@@ -1,9 +1,13 @@
 """The pause history: every pause and resume, kept as a bounded log in the store.
 
-Each entry says what happened (``pause``, ``resume``), when (store time), to
-which queues, who did it, why, and the source of the hold (``manual`` or
-``breaker:<name>``). Holds that ran out (``resume_at`` passed) are not written
-by anyone: :func:`history` adds an ``expire`` entry for them when it reads.
+Each entry says what happened (``pause``, ``resume``, ``cancel`` of a scheduled
+hold or window occurrence, ``skip`` of periodic tasks by ``celery beat``), when
+(store time), to which queues, who did it, why, and the source of the hold
+(``manual``, ``breaker:<name>`` or ``window:<name>``). Scheduled holds that start
+and holds that run out (``resume_at`` passed) are not written by anyone:
+:func:`history` adds a ``start`` and an ``expire`` entry for them when it reads.
+A ``skip`` entry counts, per beat entry, the runs beat did not send while the hold
+was active (``skipped``).
 """
 
 from __future__ import annotations
@@ -27,7 +31,10 @@ logger = logging.getLogger(__name__)
 HISTORY_LOG = "history"
 PAUSE = "pause"
 RESUME = "resume"
+CANCEL = "cancel"
 EXPIRE = "expire"
+START = "start"
+SKIP = "skip"
 
 
 @dataclass(frozen=True)
@@ -47,6 +54,9 @@ class HistoryEntry:
     holds: tuple[str, ...] = ()
     ended: tuple[str, ...] = field(default=())
     forced: bool = False
+    start_at: float | None = None
+    skipped: dict[str, int] | None = None
+    """Beat entry name to the number of runs not sent (``skip`` entries)."""
 
     @property
     def scope(self) -> Scope:
@@ -67,6 +77,8 @@ class HistoryEntry:
             "holds": list(self.holds),
             "ended": list(self.ended),
             "forced": self.forced,
+            "start_at": self.start_at,
+            "skipped": self.skipped,
         }
 
     @classmethod
@@ -87,6 +99,8 @@ class HistoryEntry:
                 holds=tuple(str(h) for h in data.get("holds") or ()),
                 ended=tuple(str(h) for h in data.get("ended") or ()),
                 forced=bool(data.get("forced", False)),
+                start_at=None if data.get("start_at") is None else float(data["start_at"]),
+                skipped=_counts(data.get("skipped")),
             )
         except (KeyError, TypeError, ValueError) as exc:
             detail = data.get("unreadable") or repr(exc)
@@ -102,8 +116,13 @@ class HistoryEntry:
             parts.append(f"{self.reason!r}")
         if self.forced:
             parts.append("(forced)")
+        if self.start_at is not None and self.action == PAUSE:
+            parts.append(f"starts {format_time(self.start_at)}")
         if self.resume_at is not None and self.action == PAUSE:
             parts.append(f"auto-resume {format_time(self.resume_at)}")
+        if self.skipped:
+            runs = ", ".join(f"{name} x{count}" for name, count in sorted(self.skipped.items()))
+            parts.append(f"beat skipped {runs}")
         if self.generation is not None:
             parts.append(f"gen {self.generation}")
         return "  ".join(parts)
@@ -126,6 +145,7 @@ def pause_entry(hold: Hold, generation: int, replaced: Iterable[Hold]) -> Histor
         holds=(hold.id,),
         ended=ended,
         forced=bool(ended),
+        start_at=hold.start_at,
     )
 
 
@@ -138,14 +158,16 @@ def resume_entry(
     removed: Iterable[Hold],
     kept: Iterable[Hold],
     forced: bool,
+    action: str = RESUME,
 ) -> HistoryEntry:
     """The entry for a resume of ``scope`` that lifted ``removed`` (wholly or in part);
-    ``kept`` are the holds still in the state afterwards."""
+    ``kept`` are the holds still in the state afterwards. ``action`` is ``cancel`` for
+    holds lifted before they started."""
     removed = tuple(removed)
     still = {h.id for h in kept}
     sources = sorted({h.source for h in removed}) or ["manual"]
     return HistoryEntry(
-        action=RESUME,
+        action=action,
         at=at,
         queues=_sorted(scope.rule.queues),
         tasks=_sorted(scope.rule.tasks),
@@ -156,6 +178,23 @@ def resume_entry(
         holds=tuple(h.id for h in removed),
         ended=tuple(h.id for h in removed if h.id not in still),
         forced=forced,
+    )
+
+
+def skip_entry(hold: Hold, at: float, skipped: dict[str, int]) -> HistoryEntry:
+    """The entry for the runs of periodic tasks that beat skipped while ``hold`` was active."""
+    total = sum(skipped.values())
+    return HistoryEntry(
+        action=SKIP,
+        at=at,
+        queues=_sorted(hold.scope.rule.queues),
+        tasks=_sorted(hold.scope.rule.tasks),
+        workers=_sorted(hold.scope.rule.workers),
+        source=hold.source,
+        by="celery beat",
+        reason=f"{total} run{'s' if total != 1 else ''} not sent while paused",
+        holds=(hold.id,),
+        skipped=dict(skipped),
     )
 
 
@@ -176,13 +215,37 @@ def record(app: Celery, entry: HistoryEntry) -> bool:
 def history(app: Celery, limit: int | None = None) -> list[HistoryEntry]:
     """The newest ``limit`` changes (all kept ones by default), newest first.
 
-    Includes an ``expire`` entry for each hold whose ``resume_at`` passed while
-    it was still in place.
+    Includes a ``start`` entry for each scheduled hold whose start came, and an
+    ``expire`` entry for each hold whose ``resume_at`` passed, while it was still in place.
     """
     store = store_for(app)
     entries = [HistoryEntry.from_json(raw) for raw in store.read_log(HISTORY_LOG)]
-    entries = sorted(entries + expiries(entries, store.now()), key=lambda e: -e.at)
+    now = store.now()
+    entries = sorted(entries + starts(entries, now) + expiries(entries, now), key=lambda e: -e.at)
     return entries if limit is None else entries[:limit]
+
+
+def starts(entries: Sequence[HistoryEntry], now: float) -> list[HistoryEntry]:
+    """``start`` entries for scheduled pauses whose start came before anyone cancelled them."""
+    cancelled = {hold: entry.at for entry in entries for hold in entry.ended}
+    return [
+        HistoryEntry(
+            action=START,
+            at=entry.start_at,
+            queues=entry.queues,
+            tasks=entry.tasks,
+            workers=entry.workers,
+            source=entry.source,
+            reason=entry.reason,
+            holds=entry.holds,
+            resume_at=entry.resume_at,
+        )
+        for entry in entries
+        if entry.action == PAUSE
+        and entry.start_at is not None
+        and entry.start_at <= now
+        and all(cancelled.get(hold, float("inf")) > entry.start_at for hold in entry.holds)
+    ]
 
 
 def expiries(entries: Sequence[HistoryEntry], now: float) -> list[HistoryEntry]:
@@ -211,6 +274,12 @@ def format_history(entries: Sequence[HistoryEntry]) -> str:
     if not entries:
         return "History: nothing recorded yet"
     return "\n".join(["History (newest first):", *("  " + e.describe() for e in entries)])
+
+
+def _counts(value: Any) -> dict[str, int] | None:
+    if value is None:
+        return None
+    return {str(name): int(count) for name, count in dict(value).items()}
 
 
 def _opt_str(value: Any) -> str | None:

@@ -22,7 +22,8 @@ from .report import APPLIED, WorkerReport
 from .results import ClusterStatus
 from .scope import Scope
 from .settings import config_for
-from .state import Hold
+from .state import Hold, PauseState
+from .windows import Window
 
 JSON_SCHEMA = 1
 RUNNING = "RUNNING"
@@ -34,6 +35,30 @@ DepthReader = Callable[[list[str]], Depths]
 
 
 @dataclass(frozen=True)
+class WindowStatus:
+    """A maintenance window with its occurrence in force (if any) and its next one."""
+
+    window: Window
+    in_force: Hold | None
+    upcoming: Hold | None
+    skipped_until: float | None
+
+    @classmethod
+    def of(cls, window: Window, state: PauseState, now: float) -> WindowStatus:
+        skipped = state.skipped_until(window.name)
+        in_force, upcoming = window.current_and_next(skipped, now)
+        return cls(window, in_force, upcoming, skipped if skipped and skipped > now else None)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            **self.window.to_json(),
+            "in_force": None if self.in_force is None else self.in_force.to_json(),
+            "next": None if self.upcoming is None else self.upcoming.to_json(),
+            "skipped_until": self.skipped_until,
+        }
+
+
+@dataclass(frozen=True)
 class Overview:
     """Everything ``pause status`` shows, read at one moment."""
 
@@ -41,9 +66,10 @@ class Overview:
     depths: Depths
     breakers: tuple[BreakerStatus, ...]
     history: tuple[HistoryEntry, ...] | None = None
+    windows: tuple[WindowStatus, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
-        return status_json(self.status, self.depths, self.breakers, self.history)
+        return status_json(self.status, self.depths, self.breakers, self.history, self.windows)
 
 
 def overview(
@@ -63,6 +89,10 @@ def overview(
         depths=read_depths(status_queues(current, list(app.amqp.queues))),
         breakers=tuple(breaker_statuses(app)),
         history=tuple(history(app, limit=history_limit)) if with_history else None,
+        windows=tuple(
+            WindowStatus.of(window, current.state, current.now)
+            for window in config_for(app).windows
+        ),
     )
 
 
@@ -74,7 +104,7 @@ def cluster_state(paused: Scope) -> str:
 
 def since(holds: Sequence[Hold]) -> float | None:
     """When the oldest hold began, if any hold says."""
-    return min((h.paused_at for h in holds if h.paused_at), default=None)
+    return min((h.began for h in holds if h.began), default=None)
 
 
 def worker_state(report: WorkerReport, generation: int) -> str:
@@ -103,6 +133,7 @@ def status_json(
     depths: Depths,
     breakers: Sequence[BreakerStatus] = (),
     history: Sequence[HistoryEntry] | None = None,
+    windows: Sequence[WindowStatus] = (),
 ) -> dict[str, Any]:
     """The documented ``pause status --json`` document (schema 1); ``history`` when given."""
     generation = status.state.generation
@@ -116,6 +147,8 @@ def status_json(
         "now": status.now,
         "store": status.store,
         "holds": [hold.to_json() for hold in status.holds],
+        "scheduled": [hold.to_json() for hold in status.scheduled],
+        "windows": [window.to_json() for window in windows],
         "workers": [
             {
                 "hostname": w.hostname,
@@ -135,6 +168,7 @@ def status_json(
                 "pool": w.pool or None,
                 "pause_guaranteed": w.guaranteed,
                 "pool_problem": w.pool_problem or None,
+                "as_of": w.as_of,
             }
             for w, state in zip(status.workers, states, strict=True)
         ],

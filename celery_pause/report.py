@@ -36,9 +36,19 @@ class WorkerReport:
         """Whether this worker's pool holds every task of a paused scope."""
         return not self.pool_problem
 
-    def quiet_for(self, generation: int) -> bool:
-        """Whether this worker applied ``generation`` (or later) and runs nothing paused."""
-        return self.status == APPLIED and self.generation >= generation and not self.running
+    as_of: float = 0.0
+    """Store time of the newest read of the state whose scope the worker applies: a hold
+    that starts at ``t`` is applied once ``as_of >= t``."""
+
+    def quiet_for(self, generation: int, since: float | None = None) -> bool:
+        """Whether this worker applied ``generation`` (or later), as the state stood at
+        store time ``since`` (or later) when given, and runs nothing paused."""
+        return (
+            self.status == APPLIED
+            and self.generation >= generation
+            and (since is None or self.as_of >= since)
+            and not self.running
+        )
 
     def encode(self) -> bytes:
         return json.dumps(asdict(self), separators=(",", ":")).encode()
@@ -71,6 +81,7 @@ class WorkerReport:
                 breakers=tuple(str(n) for n in data.get("breakers", ())),
                 pool=str(data.get("pool", "")),
                 pool_problem=str(data.get("pool_problem", "")),
+                as_of=float(data.get("as_of", 0.0)),
             )
         except (ValueError, KeyError, TypeError, AttributeError, OverflowError, RecursionError):
             return None

@@ -28,11 +28,20 @@ class ResumeResult:
     removed: tuple[Hold, ...]
     remaining: tuple[Hold, ...]
     generation: int
+    cancelled: tuple[Hold, ...] = ()
+    """Scheduled holds (or window occurrences) cancelled before they started."""
+    scheduled: tuple[Hold, ...] = ()
+    """Holds in the scope asked for that are still scheduled to start later."""
+    now: float = 0.0
+    """Store time of the resume."""
 
 
 @dataclass(frozen=True)
 class ClusterStatus:
-    """Holds, the paused scope, and every live worker's report."""
+    """Holds, the paused scope, and every live worker's report.
+
+    ``state`` includes the maintenance windows' current and next occurrences.
+    """
 
     state: PauseState
     now: float
@@ -42,4 +51,10 @@ class ClusterStatus:
 
     @property
     def holds(self) -> tuple[Hold, ...]:
-        return self.state.live_holds(self.now)
+        """The holds that pause now."""
+        return self.state.active_holds(self.now)
+
+    @property
+    def scheduled(self) -> tuple[Hold, ...]:
+        """The holds that start later, soonest first (each window's next occurrence too)."""
+        return self.state.scheduled_holds(self.now)

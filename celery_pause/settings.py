@@ -10,6 +10,8 @@ from celery import Celery
 from celery.app import utils as celery_app_utils
 
 from .errors import ConfigurationError
+from .state import BEAT_POLICIES
+from .windows import Window, parse_windows
 
 REDIS_SCHEMES = ("redis", "rediss", "unix")
 SENTINEL_SCHEME = "sentinel"
@@ -28,6 +30,8 @@ DEFAULTS: dict[str, Any] = {
     "pause_warn_every": 900.0,
     "pause_history_size": 500,
     "pause_green_loop_wait": 0.25,
+    "pause_beat_default": "queue",
+    "pause_windows": None,
 }
 
 
@@ -51,6 +55,8 @@ class PauseConfig:
     """Options of a ``sentinel://`` store: ``pause_store_transport_options``, or the
     broker's transport options when the broker doubles as the store."""
     green_loop_wait: float = 0.25
+    beat_default: str = "queue"
+    windows: tuple[Window, ...] = ()
 
     @classmethod
     def from_app(cls, app: Celery) -> PauseConfig:
@@ -87,6 +93,10 @@ class PauseConfig:
             warn_every=_positive(values, "pause_warn_every"),
             history_size=_count(values, "pause_history_size"),
             green_loop_wait=min(_positive(values, "pause_green_loop_wait"), 2.0),
+            beat_default=_beat(values["pause_beat_default"]),
+            windows=parse_windows(
+                values["pause_windows"], app, _beat(values["pause_beat_default"])
+            ),
         )
 
 
@@ -165,6 +175,12 @@ def _count(values: dict[str, Any], key: str) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise ConfigurationError(f"{key} must be a whole number of at least 1, got {value!r}")
     return value
+
+
+def _beat(value: Any) -> str:
+    if value not in BEAT_POLICIES:
+        raise ConfigurationError(f"pause_beat_default must be 'queue' or 'skip', got {value!r}")
+    return str(value)
 
 
 def _bounded_hold(app: Celery, max_hold: float) -> float:

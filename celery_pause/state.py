@@ -1,8 +1,11 @@
 """The pause state: holds, the scope they pause, and their JSON encoding.
 
-The state is a set of *holds*. A task is paused while at least one live hold
-covers it (:mod:`.scope`); a hold with a ``resume_at`` in the past no longer counts, judged by
-the store's clock. Every change to the state increases its generation.
+The state is a set of *holds*. A task is paused while at least one active hold
+covers it (:mod:`.scope`): a hold is *live* until its ``resume_at`` passes and *active* once its
+``start_at`` (if any) has come too, both judged by the store's clock. A live hold not yet started
+is *scheduled*. Beside the holds the state keeps, per maintenance window, the store time until
+which its occurrences are skipped (:mod:`.windows`). Every change to the state increases its
+generation.
 """
 
 from __future__ import annotations
@@ -20,7 +23,13 @@ from .scope import EVERYTHING, NOTHING, Scope, rule_from_json
 SCHEMA = 1
 MANUAL = "manual"
 BREAKER_PREFIX = "breaker:"
+WINDOW_PREFIX = "window:"
 UNREADABLE = "unreadable"
+BEAT_QUEUE = "queue"
+"""Beat policy: beat sends periodic tasks of the hold's scope; workers hold them (the default)."""
+BEAT_SKIP = "skip"
+"""Beat policy: beat does not send periodic tasks of the hold's scope while the hold is active."""
+BEAT_POLICIES = (BEAT_QUEUE, BEAT_SKIP)
 
 
 @dataclass(frozen=True)
@@ -34,24 +43,58 @@ class Hold:
     paused_at: float = 0.0
     resume_at: float | None = None
     id: str = field(default_factory=lambda: uuid.uuid4().hex[:12])
+    start_at: float | None = None
+    """Store time the hold starts; ``None``: at once (it was placed at ``paused_at``)."""
+    beat: str = BEAT_QUEUE
+    """What ``celery beat`` does with periodic tasks in scope: ``queue`` or ``skip``."""
 
     def live(self, now: float) -> bool:
-        """Whether the hold still counts at store time ``now``."""
+        """Whether the hold is still in place (active or scheduled) at store time ``now``."""
         return self.resume_at is None or now < self.resume_at
+
+    def started(self, now: float) -> bool:
+        """Whether the hold's start has come at store time ``now``."""
+        return self.start_at is None or self.start_at <= now
+
+    def active(self, now: float) -> bool:
+        """Whether the hold pauses its scope at store time ``now``."""
+        return self.live(now) and self.started(now)
+
+    @property
+    def began(self) -> float:
+        """When the hold starts (or started) pausing: ``start_at``, else ``paused_at``."""
+        return self.paused_at if self.start_at is None else self.start_at
 
     @property
     def manual(self) -> bool:
         return self.source == MANUAL
 
+    @property
+    def window(self) -> str | None:
+        """The name of the maintenance window this hold is an occurrence of, if any."""
+        return self.source[len(WINDOW_PREFIX) :] if self.source.startswith(WINDOW_PREFIX) else None
+
     def describe(self) -> str:
         parts = [f"{self.source} hold on {self.scope.describe()}"]
         if self.paused_by:
             parts.append(f"by {clip(self.paused_by)}")
-        if self.paused_at:
+        if self.start_at is not None:
+            parts.append(f"from {format_time(self.start_at)}")
+            if self.resume_at is not None:
+                parts.append(f"to {format_time(self.resume_at)}")
+        elif self.paused_at:
             parts.append(f"at {format_time(self.paused_at)}")
+        if self.beat != BEAT_QUEUE:
+            parts.append(f"(beat {self.beat})")
         if self.reason:
             parts.append(f"({clip(self.reason)!r})")
         return " ".join(parts)
+
+    def overlaps_in_time(self, other: Hold, now: float) -> bool:
+        """Whether the two holds are (or will be) active at some same moment after ``now``."""
+        start = max(now, self.began, other.began)
+        ends = [t for t in (self.resume_at, other.resume_at) if t is not None]
+        return not ends or start < min(ends)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -62,6 +105,8 @@ class Hold:
             "reason": self.reason,
             "paused_at": self.paused_at,
             "resume_at": self.resume_at,
+            "start_at": self.start_at,
+            "beat": self.beat,
         }
 
     @classmethod
@@ -70,6 +115,10 @@ class Hold:
         try:
             rule = rule_from_json(data)
             resume_at = data.get("resume_at")
+            start_at = data.get("start_at")
+            beat = data.get("beat", BEAT_QUEUE)
+            if beat not in BEAT_POLICIES:
+                raise ValueError(f"beat is {beat!r}")
             return cls(
                 id=require_str(data["id"]),
                 scope=Scope(frozenset({rule})),
@@ -78,6 +127,8 @@ class Hold:
                 reason=optional_str(data.get("reason")),
                 paused_at=_number(data["paused_at"]),
                 resume_at=None if resume_at is None else _number(resume_at),
+                start_at=None if start_at is None else _number(start_at),
+                beat=beat,
             )
         except (KeyError, TypeError, ValueError, AttributeError, OverflowError) as exc:
             return unreadable_hold(f"unreadable hold: {exc!r}"[:200])
@@ -94,14 +145,26 @@ class PauseState:
 
     generation: int = 0
     holds: tuple[Hold, ...] = ()
+    skips: tuple[tuple[str, float], ...] = ()
+    """``(window name, store time)``: that window's occurrences starting before it are skipped."""
 
     def live_holds(self, now: float) -> tuple[Hold, ...]:
+        """The holds still in place at ``now``: active and scheduled ones."""
         return tuple(hold for hold in self.holds if hold.live(now))
 
+    def active_holds(self, now: float) -> tuple[Hold, ...]:
+        """The holds that pause at ``now``."""
+        return tuple(hold for hold in self.holds if hold.active(now))
+
+    def scheduled_holds(self, now: float) -> tuple[Hold, ...]:
+        """The holds that start after ``now``, soonest first."""
+        scheduled = (hold for hold in self.holds if hold.live(now) and not hold.started(now))
+        return tuple(sorted(scheduled, key=lambda hold: hold.began))
+
     def paused(self, now: float) -> Scope:
-        """What is paused at store time ``now``: the union of the live holds' scopes."""
+        """What is paused at store time ``now``: the union of the active holds' scopes."""
         scope = NOTHING
-        for hold in self.live_holds(now):
+        for hold in self.active_holds(now):
             scope = scope | hold.scope
         return scope
 
@@ -110,16 +173,35 @@ class PauseState:
         times = [h.resume_at for h in self.live_holds(now) if h.resume_at is not None]
         return min(times, default=None)
 
+    def next_change(self, now: float) -> float | None:
+        """Store time of the next start or auto-resume of a hold, if any."""
+        times = [h.start_at for h in self.scheduled_holds(now)]
+        expiry = self.next_expiry(now)
+        return min([t for t in times if t is not None] + ([expiry] if expiry else []), default=None)
+
+    def skipped_until(self, window: str) -> float | None:
+        """Until when the occurrences of ``window`` are skipped, if an operator skipped one."""
+        return dict(self.skips).get(window)
+
     def with_holds(self, holds: Iterable[Hold]) -> PauseState:
         """The next generation, holding ``holds``."""
         return replace(self, generation=self.generation + 1, holds=tuple(holds))
 
+    def with_skip(self, window: str, until: float, now: float) -> PauseState:
+        """The next generation, skipping ``window``'s occurrences that start before ``until``
+        (markers that ran out by ``now`` are dropped)."""
+        skips = {name: t for name, t in self.skips if t > now}
+        skips[window] = max(until, skips.get(window, until))
+        return replace(self, generation=self.generation + 1, skips=tuple(sorted(skips.items())))
+
     def encode(self) -> bytes:
-        doc = {
+        doc: dict[str, Any] = {
             "schema": SCHEMA,
             "generation": self.generation,
             "holds": [hold.to_json() for hold in self.holds],
         }
+        if self.skips:
+            doc["skips"] = dict(self.skips)
         return json.dumps(doc, separators=(",", ":")).encode()
 
     @classmethod
@@ -140,10 +222,13 @@ class PauseState:
             holds = doc["holds"]
             if not isinstance(holds, list):
                 raise ValueError(f"holds is {type(holds).__name__}")
-        except (ValueError, KeyError, TypeError, RecursionError) as exc:
+            skips = _skips(doc.get("skips", {}))
+        except (ValueError, KeyError, TypeError, RecursionError, OverflowError) as exc:
             detail = f"unreadable pause state: {exc}"[:200]
             return cls(generation=0, holds=(unreadable_hold(detail),))
-        return cls(generation=generation, holds=tuple(Hold.from_json(h) for h in holds))
+        return cls(
+            generation=generation, holds=tuple(Hold.from_json(h) for h in holds), skips=skips
+        )
 
 
 def require_str(value: Any) -> str:
@@ -154,6 +239,13 @@ def require_str(value: Any) -> str:
 
 def optional_str(value: Any) -> str | None:
     return None if value is None else require_str(value)
+
+
+def _skips(value: Any) -> tuple[tuple[str, float], ...]:
+    """The windows' skip markers: an object of window name to store time."""
+    if not isinstance(value, dict):
+        raise TypeError(f"skips is {type(value).__name__}")
+    return tuple(sorted((require_str(name), _number(until)) for name, until in value.items()))
 
 
 def _number(value: Any) -> float:

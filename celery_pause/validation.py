@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterable
 from datetime import datetime, timedelta
 
 from .errors import InvalidInput
+from .state import BEAT_POLICIES
 
 UNITS = {"d": 86400, "h": 3600, "m": 60, "s": 1}
 DURATION = re.compile(r"(\d+(?:\.\d+)?)([dhms])")
@@ -136,11 +137,33 @@ def check_resume(
     return lambda now: None
 
 
-def _timestamp(moment: datetime) -> float:
+def check_start(start_at: datetime | float | None) -> float | None:
+    """The store time a scheduled pause starts (``None``: at once); the caller checks that
+    it lies ahead of the store's clock."""
+    if start_at is None:
+        return None
+    at = (
+        _timestamp(start_at, "start_at")
+        if isinstance(start_at, datetime)
+        else _seconds(start_at, "start_at")
+    )
+    if not math.isfinite(at):
+        raise InvalidInput(f"start_at must be a finite time, got {start_at!r}")
+    return at
+
+
+def check_beat(beat: str | None) -> str | None:
+    """A beat policy, ``queue`` or ``skip`` (``None``: the app's ``pause_beat_default``)."""
+    if beat is not None and beat not in BEAT_POLICIES:
+        raise InvalidInput(f"beat must be 'queue' or 'skip', got {str(beat)[:40]!r}")
+    return beat
+
+
+def _timestamp(moment: datetime, name: str = "resume_at") -> float:
     try:
         return moment.timestamp()
     except (OverflowError, ValueError, OSError):
-        raise InvalidInput(f"resume_at is out of range: {moment!r}") from None
+        raise InvalidInput(f"{name} is out of range: {moment!r}") from None
 
 
 def _seconds(value: object, name: str) -> float:

@@ -30,6 +30,8 @@ class WorkerView:
     scope: Scope
     consumed: tuple[str, ...]
     holds: tuple[Hold, ...]
+    scheduled: tuple[Hold, ...]
+    """Holds that start later, as the worker last read them (windows' next occurrences too)."""
     since: float | None
     held: int
     counters: GateCounters

@@ -103,6 +103,19 @@ class Worker:
         self._env = env
         self.proc: subprocess.Popen[bytes] | None = None
 
+    def command(self) -> list[str]:
+        """The ``celery -A support.proj`` sub-command and its arguments."""
+        return [
+            "worker",
+            "-n",
+            self.hostname,
+            "--without-mingle",
+            "--without-gossip",
+            "-l",
+            "info",
+            *self._args,
+        ]
+
     def start(self) -> Worker:
         with open(self.log, "ab") as log:
             self.proc = subprocess.Popen(
@@ -113,14 +126,7 @@ class Worker:
                     "celery",
                     "-A",
                     "support.proj",
-                    "worker",
-                    "-n",
-                    self.hostname,
-                    "--without-mingle",
-                    "--without-gossip",
-                    "-l",
-                    "info",
-                    *self._args,
+                    *self.command(),
                 ],
                 cwd=ROOT,
                 env=self._env,
@@ -212,6 +218,13 @@ class Worker:
             return "<no log>"
 
 
+class Beat(Worker):
+    """A real ``celery beat`` subprocess with the default scheduler, as users run it."""
+
+    def command(self) -> list[str]:
+        return ["beat", "-s", str(self.cluster.tmp / "beat-schedule"), "-l", "info", *self._args]
+
+
 class Cluster:
     """One test's private world: namespace, client app, workers, records."""
 
@@ -249,6 +262,7 @@ class Cluster:
         self.record_key = f"celery-pause-test:{self.namespace}:records"
         self.finished_key = f"celery-pause-test:{self.namespace}:finished"
         self.workers: list[Worker] = []
+        self.beats: list[Beat] = []
 
     def queue(self, name: str = "default") -> str:
         return f"{self.namespace}.{name}"
@@ -272,6 +286,13 @@ class Cluster:
         worker = Worker(self, name, options, env)
         self.workers.append(worker)
         return worker.start() if start else worker
+
+    def beat(self, *, extra: dict[str, Any] | None = None, args: tuple[str, ...] = ()) -> Beat:
+        """``celery -A support.proj beat`` of this cluster's app (``extra`` settings added)."""
+        beat = Beat(self, "beat", list(args), self.env(extra))
+        self.beats.append(beat)
+        beat.start()
+        return beat
 
     def env(self, extra: dict[str, Any] | None = None) -> dict[str, str]:
         """The environment under which ``celery -A support.proj`` builds this cluster's app."""
@@ -323,7 +344,7 @@ class Cluster:
         return wait_for(enough, timeout=timeout, what=f"{count} task starts")
 
     def close(self) -> None:
-        for worker in self.workers:
+        for worker in [*self.beats, *self.workers]:
             with suppress(AssertionError):
                 worker.stop(timeout=20)
             worker.kill()

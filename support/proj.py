@@ -11,11 +11,13 @@ from __future__ import annotations
 import json
 import os
 import time
+from datetime import timedelta
 from typing import Any
 
 import redis
 from billiard.process import current_process
 from celery import Celery
+from celery.schedules import schedule
 
 import celery_pause
 
@@ -40,6 +42,8 @@ def make_app(
     to ``PAUSE_TEST_RECORDS`` when set (the benchmark's private Redis).
     """
     breaker_options = extra.pop("test_breaker", None)
+    beat_every = extra.pop("test_beat_every", None)
+    windows = extra.pop("test_windows", None)
     app = Celery("celery_pause_tests", set_as_current=False)
     app.conf.update(
         broker_url=broker,
@@ -55,6 +59,29 @@ def make_app(
     )
     if store:
         app.conf.pause_store_url = store
+    if beat_every is not None:
+        # One periodic entry, "tick", recording into the default queue every beat_every seconds.
+        app.conf.beat_schedule = {
+            "tick": {
+                "task": RECORD_TASK,
+                "schedule": float(beat_every),
+                "args": ("beat",),
+                "options": {"queue": f"{namespace}.default"},
+            }
+        }
+    if windows is not None:
+        # Windows as JSON: "every" (seconds) stands for schedule(run_every=every seconds),
+        # queue names are local to the namespace (as Cluster.queue names them).
+        app.conf.pause_windows = [
+            {
+                **{key: value for key, value in window.items() if key not in ("every", "queues")},
+                "schedule": schedule(run_every=timedelta(seconds=window["every"])),
+                "queues": [f"{namespace}.{q}" for q in window["queues"]]
+                if window.get("queues")
+                else None,
+            }
+            for window in windows
+        ]
     if install:
         app.steps["consumer"].add(celery_pause.PauseStep)
     records = redis.Redis.from_url(os.environ.get("PAUSE_TEST_RECORDS", RECORDS_URL))

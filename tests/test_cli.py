@@ -331,7 +331,7 @@ def test_status_json_follows_the_schema_through_pause_and_resume(world: Cluster)
     (hold,) = doc["holds"]
     assert set(hold) == {
         "id", "queues", "tasks", "workers", "source", "paused_by", "reason", "paused_at",
-        "resume_at",
+        "resume_at", "start_at", "beat",
     }  # fmt: skip
     assert (hold["queues"], hold["reason"]) == (["emails"], "smtp down")
     assert doc["since"] == hold["paused_at"]

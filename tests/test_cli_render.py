@@ -174,9 +174,9 @@ def test_status_json_schema() -> None:
     # Then every documented key is there with its type
     assert set(doc) == {
         "schema", "state", "paused_queues", "since", "generation", "now", "store",
-        "holds", "workers", "totals", "queues", "breakers",
+        "holds", "scheduled", "windows", "workers", "totals", "queues", "breakers",
     }  # fmt: skip
-    assert doc["breakers"] == []
+    assert doc["breakers"] == [] and doc["scheduled"] == [] and doc["windows"] == []
     assert doc["schema"] == 1
     assert doc["state"] == "PARTIAL"
     assert doc["paused_queues"] == ["emails"]
@@ -195,6 +195,7 @@ def test_status_json_schema() -> None:
             "pool": "threads",
             "pause_guaranteed": True,
             "pool_problem": None,
+            "as_of": 0.0,
         }
     ]
     assert doc["totals"] == {

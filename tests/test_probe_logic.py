@@ -44,6 +44,7 @@ def view(**changes: Any) -> WorkerView:
         scope=NOTHING,
         consumed=("a", "b"),
         holds=(),
+        scheduled=(),
         since=None,
         held=0,
         counters=GateCounters(),

@@ -5,13 +5,16 @@ from __future__ import annotations
 import os
 import shutil
 from collections.abc import Iterator
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
+from celery.schedules import crontab
 
 import celery_pause
 from support.harness import Cluster
+from support.proj import make_app
 
 from .test_admin import TOKEN, admin_server
 
@@ -109,3 +112,46 @@ def test_the_status_page_pauses_and_resumes_the_cluster(
         expect(page.locator("#holds")).to_contain_text("tasks proj.billing.*", timeout=WAIT_MS)
         (hold,) = celery_pause.status(world.app).holds
         assert hold.scope.rule.tasks == {"proj.billing.*"}
+
+
+def test_the_status_page_schedules_and_cancels_a_pause_and_shows_windows(
+    world: Cluster, page: Any
+) -> None:
+    from playwright.sync_api import expect
+
+    # Given an app with a maintenance window, and its status page
+    window = {"name": "nightly", "schedule": crontab(hour=2, minute=0), "duration": 3600}
+    app = make_app(
+        namespace=world.namespace,
+        broker=world.broker,
+        store=world.store_url,
+        pause_windows=[{**window, "queues": ["reports"], "beat": "skip"}],
+    )
+    with admin_server(app) as url:
+        page.goto(url + "/")
+        page.fill("#token", TOKEN)
+        page.click("#token-button")
+
+        # Then the window shows with its next occurrence
+        expect(page.locator("#windows")).to_contain_text("nightly", timeout=WAIT_MS)
+        expect(page.locator("#scheduled")).to_contain_text("window:nightly:", timeout=WAIT_MS)
+
+        # When a pause is scheduled through the form, with beat skipping
+        start = (datetime.now() + timedelta(hours=3)).strftime("%Y-%m-%dT%H:%M")
+        page.fill("#pause-queues", "emails")
+        page.fill("#pause-start-at", start)
+        page.select_option("#pause-beat", "skip")
+        page.click("#pause-button")
+
+        # Then it is listed as scheduled, not as a hold
+        expect(page.locator("#message")).to_contain_text("Scheduled a pause", timeout=WAIT_MS)
+        expect(page.locator("#scheduled")).to_contain_text("emails", timeout=WAIT_MS)
+        (hold,) = [h for h in celery_pause.status(app).scheduled if h.manual]
+        assert (hold.beat, hold.start_at) == ("skip", datetime.fromisoformat(start).timestamp())
+        expect(page.locator("#state")).to_have_text("RUNNING")
+
+        # When it is cancelled by its id through the resume form, Then it is gone
+        page.fill("#resume-hold", hold.id)
+        page.click("#resume-button")
+        expect(page.locator("#message")).to_contain_text("Cancelled 1", timeout=WAIT_MS)
+        expect(page.locator("#scheduled")).not_to_contain_text("emails", timeout=WAIT_MS)

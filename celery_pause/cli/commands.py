@@ -5,8 +5,9 @@ whose own callback pauses; its sub-commands (``status``) report. Add one with
 ``@pause.command(cls=CeleryCommand)``.
 
 Exit codes: 0 done; 1 refused or failed (already paused, store unreachable,
-not configured); 2 usage error; 3 pause recorded but not confirmed by ``--wait``
-in time; 130 interrupted while waiting (the pause stays).
+not configured); 2 usage error or an unusable ``pause_windows`` entry; 3 pause
+recorded but not confirmed by ``--wait`` in time; 130 interrupted while waiting
+(the pause stays).
 """
 
 from __future__ import annotations
@@ -23,12 +24,20 @@ from celery.bin.base import CeleryCommand
 from click.core import ParameterSource
 
 from .. import api
-from ..errors import AlreadyPaused, ConfigurationError, InvalidInput, PauseTimeout, StoreError
+from ..errors import (
+    AlreadyPaused,
+    ConfigurationError,
+    InvalidInput,
+    InvalidWindow,
+    PauseTimeout,
+    StoreError,
+)
 from ..history import format_history
 from ..overview import PAUSED, RUNNING, cluster_state, overview
 from ..results import PauseResult
 from ..scope import Scope
 from ..settings import config_for
+from ..state import BEAT_POLICIES
 from .init_store import init_store
 from .live import LiveProgress
 from .params import (
@@ -44,6 +53,7 @@ from .params import (
 from .render import pause_lines, resume_lines, status_lines, timeout_lines
 from .serve import serve
 
+EXIT_USAGE = 2
 EXIT_UNCONFIRMED = 3
 EXIT_INTERRUPTED = 130
 STATE_COLOURS = {RUNNING: "green", PAUSED: "red"}
@@ -54,6 +64,12 @@ class Unconfirmed(click.ClickException):
     """The pause is recorded, but ``--wait`` ran out of time."""
 
     exit_code = EXIT_UNCONFIRMED
+
+
+class BadWindow(click.ClickException):
+    """``pause_windows`` has an entry celery-pause cannot use; nothing was read or written."""
+
+    exit_code = EXIT_USAGE
 
 
 def app_hint(ctx: click.Context) -> str:
@@ -95,6 +111,10 @@ def operator_errors(ctx: click.Context) -> Iterator[None]:
             masked(f"cannot use the pause store: {exc}", app)
             + "\nNothing changed. Check pause_store_url and that the store is up."
         ) from None
+    except InvalidWindow as exc:
+        raise BadWindow(
+            f"unusable pause_windows: {exc}\nNothing changed. Fix it in the app's configuration."
+        ) from None
     except ConfigurationError as exc:
         raise click.ClickException(masked(f"celery-pause is not configured: {exc}", app)) from None
     except InvalidInput as exc:
@@ -103,8 +123,8 @@ def operator_errors(ctx: click.Context) -> Iterator[None]:
 
 # -- pause --------------------------------------------------------------------------------------
 PAUSE_OPTIONS = (
-    "reason", "by", "queues", "tasks", "workers", "resume_after", "resume_at", "force", "wait",
-    "timeout",
+    "reason", "by", "queues", "tasks", "workers", "resume_after", "resume_at", "start_at", "beat",
+    "force", "wait", "timeout",
 )  # fmt: skip
 
 
@@ -129,10 +149,21 @@ PAUSE_OPTIONS = (
     help="Resume automatically at DATETIME, ISO 8601 (2026-01-28T14:00, …T14:00Z, "
     "…T14:00+01:00); without a zone it is this machine's local time.",
 )  # fmt: skip
+@click.option(
+    "--start-at", type=DateTime(),
+    help="Schedule the pause to start at DATETIME (ISO 8601, as --resume-at); workers apply "
+    "it then by themselves. --resume-after counts from the start.",
+)  # fmt: skip
+@click.option(
+    "--beat", type=click.Choice(BEAT_POLICIES), default=None,
+    help="While paused, `celery beat` skips the periodic tasks of the scope (skip) or sends "
+    "them for the workers to hold (queue). Default: pause_beat_default (queue).",
+)  # fmt: skip
 @click.option("--force", is_flag=True, help="Replace a manual pause already in place.")
 @click.option(
     "--wait", is_flag=True,
-    help="Block until every live worker applied the pause and runs nothing in scope.",
+    help="Block until every live worker applied the pause and runs nothing in scope "
+    "(a scheduled pause: from its start).",
 )  # fmt: skip
 @click.option(
     "--timeout", type=click.FloatRange(min=0, min_open=True), default=30.0, show_default=True,
@@ -149,6 +180,8 @@ def pause(
     workers: list[str] | None,
     resume_after: timedelta | None,
     resume_at: datetime | None,
+    start_at: datetime | None,
+    beat: str | None,
     force: bool,
     wait: bool,
     timeout: float,
@@ -158,7 +191,8 @@ def pause(
 
     Running tasks finish; no new task starts (prefetched and ETA tasks included)
     until `celery resume` or the auto-resume time. Workers started later start
-    paused. `celery pause status` shows the state.
+    paused. With --start-at the pause is scheduled: workers apply it at that time.
+    `celery pause status` shows the state.
     """
     given = [
         name for name in PAUSE_OPTIONS
@@ -178,10 +212,14 @@ def pause(
         )
     if "timeout" in given and not wait:
         raise click.UsageError("--timeout applies only with --wait", ctx)
+    if start_at is not None and resume_at is not None and resume_at <= start_at:
+        raise click.UsageError("--resume-at must come after --start-at", ctx)
 
     app: Celery = ctx.obj.app
     stream = click.get_text_stream("stdout")
     progress = LiveProgress(stream=stream, tty=stream.isatty())
+    if wait and start_at is not None:
+        ctx.obj.echo(f"Scheduling the pause; waiting for its start at {start_at.isoformat()}…")
     with operator_errors(ctx):
         try:
             result = api.pause(
@@ -193,6 +231,8 @@ def pause(
                 workers=workers,
                 resume_after=resume_after,
                 resume_at=resume_at,
+                start_at=start_at,
+                beat=beat,
                 force=force,
                 wait=wait,
                 timeout=timeout,
@@ -269,6 +309,11 @@ pause.add_command(init_store)
 @TASKS_OPTION
 @WORKERS_OPTION
 @click.option(
+    "--hold", "hold_id", metavar="ID",
+    help="Lift exactly this hold (ids in `pause status`): cancel a scheduled pause, or end "
+    "a window's occurrence early or skip its next one (window:NAME).",
+)  # fmt: skip
+@click.option(
     "--force", is_flag=True,
     help="Remove every hold in scope, those of circuit breakers too.",
 )  # fmt: skip
@@ -278,15 +323,23 @@ def resume(
     queues: list[str] | None,
     tasks: list[str] | None,
     workers: list[str] | None,
+    hold_id: str | None,
     force: bool,
 ) -> None:
     """Resume what was paused by hand: everything, or within the -Q queues, --tasks and -d
-    workers given.
+    workers given; or lift one hold by id (--hold).
 
     Says whether the queues now flow, or what still holds them.
     """
+    if hold_id is not None and (queues or tasks or workers):
+        raise click.UsageError("--hold lifts one hold: give it without -Q, --tasks or -d", ctx)
     with operator_errors(ctx):
-        result = api.resume(ctx.obj.app, queues=queues, tasks=tasks, workers=workers, force=force)
+        result = api.resume(
+            ctx.obj.app, queues=queues, tasks=tasks, workers=workers, hold=hold_id, force=force
+        )
     asked = Scope.of(queues, tasks=tasks, workers=workers)
+    if hold_id is not None:
+        lifted = (*result.removed, *result.cancelled)
+        asked = lifted[0].scope if lifted else asked
     for line in resume_lines(result, asked, force=force):
         ctx.obj.echo(line)

@@ -10,11 +10,11 @@ import json
 from collections.abc import Mapping, Sequence
 
 from ..formatting import format_duration, format_time
-from ..overview import Depths, Overview, cluster_state, since, worker_state
+from ..overview import Depths, Overview, WindowStatus, cluster_state, since, worker_state
 from ..report import APPLIED, WorkerReport
 from ..results import ClusterStatus, PauseResult, ResumeResult
 from ..scope import Scope
-from ..state import Hold
+from ..state import BEAT_SKIP, Hold
 
 
 # -- small pieces ------------------------------------------------------------------------
@@ -47,8 +47,48 @@ def hold_line(hold: Hold, now: float) -> str:
         parts.append("by " + quoted(hold.paused_by).strip('"'))
     if hold.reason:
         parts.append(quoted(hold.reason))
+    if hold.beat == BEAT_SKIP:
+        parts.append("beat skips its periodic tasks")
     if hold.resume_at is not None:
         parts.append(f"auto-resume in {format_duration(hold.resume_at - now)}")
+    return "  ".join(parts)
+
+
+def scheduled_line(hold: Hold, now: float) -> str:
+    """A hold that starts later: when, for how long, and the id that cancels it."""
+    parts = [hold.source, "on " + hold.scope.describe()]
+    if hold.paused_by:
+        parts.append("by " + quoted(hold.paused_by).strip('"'))
+    if hold.reason:
+        parts.append(quoted(hold.reason))
+    when = f"starts {format_time(hold.began)} (in {format_duration(hold.began - now)})"
+    if hold.resume_at is not None:
+        when += f", lasts {format_duration(hold.resume_at - hold.began)}"
+    parts.append(when)
+    if hold.beat == BEAT_SKIP:
+        parts.append("beat skips")
+    parts.append(f"id {hold.id}")
+    return "  ".join(parts)
+
+
+def window_line(status: WindowStatus, now: float) -> str:
+    """A maintenance window: its scope, schedule, and what it does now or next."""
+    window = status.window
+    parts = [
+        window.name,
+        window.scope.describe(),
+        f"{format_duration(window.duration)} on {window.schedule!r}",
+    ]
+    if window.beat == BEAT_SKIP:
+        parts.append("beat skips")
+    if status.in_force is not None and status.in_force.resume_at is not None:
+        parts.append(f"IN FORCE until {format_time(status.in_force.resume_at)}")
+    if status.upcoming is not None:
+        parts.append(f"next {format_time(status.upcoming.began)}")
+    else:
+        parts.append("no next occurrence")
+    if status.skipped_until is not None:
+        parts.append(f"occurrences before {format_time(status.skipped_until)} skipped")
     return "  ".join(parts)
 
 
@@ -62,7 +102,9 @@ def auto_resume_text(resume_at: float | None, now: float) -> str:
 def pause_lines(result: PauseResult) -> list[str]:
     """One or two lines saying what the pause does, and when it ends."""
     hold = result.hold
-    if hold.scope.everything:
+    if hold.start_at is not None:
+        lines = [scheduled_lines(hold)]
+    elif hold.scope.everything:
         head = "Paused all queues: running tasks will finish, no new task will start."
     elif hold.scope.rule.tasks is None and hold.scope.rule.workers is None:
         them = "it" if len(hold.scope.queues) == 1 else "them"
@@ -75,10 +117,27 @@ def pause_lines(result: PauseResult) -> list[str]:
             f"Paused {hold.scope.describe()}: running tasks will finish, no new task of "
             "that scope will start; other tasks flow."
         )
-    lines = [f"{head} {auto_resume_text(hold.resume_at, hold.paused_at)}"]
+    if hold.start_at is None:
+        lines = [f"{head} {auto_resume_text(hold.resume_at, hold.paused_at)}"]
+    if hold.beat == BEAT_SKIP:
+        lines.append("Beat skips the periodic tasks of that scope while it is paused.")
     for old in result.replaced:
         lines.append(f"Replaced the earlier {old.describe()}.")
     return lines
+
+
+def scheduled_lines(hold: Hold) -> str:
+    """What a scheduled pause does, when, and how to cancel it."""
+    ends = (
+        f"auto-resume at {format_time(hold.resume_at)}"
+        if hold.resume_at is not None
+        else "no auto-resume"
+    )
+    return (
+        f"Scheduled a pause of {hold.scope.describe()} from {format_time(hold.began)} "
+        f"(in {format_duration(hold.began - hold.paused_at)}), {ends}: every worker applies it "
+        f"then by itself. Cancel it before with `resume --hold {hold.id}`."
+    )
 
 
 def resume_lines(result: ResumeResult, asked: Scope, *, force: bool) -> list[str]:
@@ -87,17 +146,24 @@ def resume_lines(result: ResumeResult, asked: Scope, *, force: bool) -> list[str
     if result.removed:
         removed = "; ".join(h.describe() for h in result.removed)
         lines.append(f"Resumed {asked.describe()}: removed {removed}.")
+    for hold in result.cancelled:
+        lines.append(f"Cancelled the {hold.describe()} before it started.")
+    if result.scheduled:
+        lines.append("Still scheduled (cancel one with `resume --hold ID`):")
+        lines.extend(f"  {scheduled_line(hold, result.now)}" for hold in result.scheduled)
     if not result.remaining:
-        if not result.removed:
+        if not result.removed and not result.cancelled:
             lines.append(f"Nothing to resume: {asked.describe()} already flow.")
-        else:
+        elif result.removed:
             lines.append(f"{asked.describe().capitalize()} flow again.")
         return lines
-    if not result.removed:
+    if not result.removed and not result.cancelled:
         lines.append(f"No manual hold to remove on {asked.describe()}.")
     lines.append("Still paused by:")
     lines.extend("  " + hold.describe() for hold in result.remaining)
-    if not force and any(not h.manual for h in result.remaining):
+    if any(h.window for h in result.remaining):
+        lines.append("End a window's occurrence early with `resume --hold window:NAME`.")
+    if not force and any(not h.manual and not h.window for h in result.remaining):
         lines.append("Holds not set by hand stay unless you resume with --force.")
     return lines
 
@@ -160,6 +226,12 @@ def status_lines(view: Overview) -> list[str]:
             head += f" since {format_time(began)} ({format_duration(now - began)})"
     lines = [head]
     lines.extend("  " + hold_line(hold, now) for hold in status.holds)
+    if status.scheduled:
+        lines.append("Scheduled (cancel one with `resume --hold ID`):")
+        lines.extend("  " + scheduled_line(hold, now) for hold in status.scheduled)
+    if view.windows:
+        lines.append("Windows:")
+        lines.extend("  " + window_line(window, now) for window in view.windows)
     lines.extend(workers_lines(status))
     lines.append(queues_line(status, depths))
     if breakers:

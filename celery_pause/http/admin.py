@@ -1,7 +1,8 @@
 """The admin API and status page: ``celery -A proj pause serve``.
 
 ``GET /status`` (JSON), ``POST /pause`` and ``POST /resume`` (JSON bodies with the
-CLI's option names), all behind a bearer token compared in constant time.
+CLI's option names: ``start_at`` and ``beat`` for a pause, ``hold`` to lift one hold),
+all behind a bearer token compared in constant time.
 ``GET /`` serves a status page that asks for the token and then shows the holds,
 breakers, workers, queue depths and history, refreshing itself, with pause and
 resume forms.
@@ -40,9 +41,10 @@ logger = logging.getLogger(__name__)
 HISTORY_SHOWN = 20
 DEPTH_CACHE = 2.0
 PAUSE_FIELDS = (
-    "reason", "by", "queues", "tasks", "workers", "resume_after", "resume_at", "force",
+    "reason", "by", "queues", "tasks", "workers", "resume_after", "resume_at", "start_at", "beat",
+    "force",
 )  # fmt: skip
-RESUME_FIELDS = ("queues", "tasks", "workers", "force", "by")
+RESUME_FIELDS = ("queues", "tasks", "workers", "hold", "force", "by")
 STATIC = {
     "/": ("index.html", "text/html; charset=utf-8"),
     "/page.js": ("page.js", "text/javascript; charset=utf-8"),
@@ -138,6 +140,7 @@ class AdminAPI:
         body = _body(request, PAUSE_FIELDS)
         resume_after = body.get("resume_after")
         resume_at = body.get("resume_at")
+        start_at = body.get("start_at")
         result = pause(
             self.app,
             reason=_opt_text(body, "reason"),
@@ -147,6 +150,8 @@ class AdminAPI:
             workers=_names(body, "workers"),
             resume_after=_duration(resume_after) if resume_after not in (None, "") else None,
             resume_at=_moment(resume_at) if resume_at not in (None, "") else None,
+            start_at=_moment(start_at, "start_at") if start_at not in (None, "") else None,
+            beat=_opt_text(body, "beat"),
             force=_flag(body, "force"),
         )
         logger.info("celery-pause admin: %s", result.hold.describe())
@@ -168,12 +173,14 @@ class AdminAPI:
             queues=_names(body, "queues"),
             tasks=_names(body, "tasks"),
             workers=_names(body, "workers"),
+            hold=_opt_text(body, "hold"),
             force=_flag(body, "force"),
             resumed_by=_opt_text(body, "by") or _caller(request),
         )
         logger.info(
-            "celery-pause admin: resume removed %d hold(s), %d still in place",
+            "celery-pause admin: resume removed %d hold(s), cancelled %d, %d still in place",
             len(result.removed),
+            len(result.cancelled),
             len(result.remaining),
         )
         return json_response(
@@ -181,6 +188,8 @@ class AdminAPI:
             {
                 "removed": [h.to_json() for h in result.removed],
                 "remaining": [h.to_json() for h in result.remaining],
+                "cancelled": [h.to_json() for h in result.cancelled],
+                "scheduled": [h.to_json() for h in result.scheduled],
                 "generation": result.generation,
                 "flowing": not result.remaining,
             },
@@ -276,12 +285,15 @@ def _duration(value: Any) -> timedelta:
     raise InvalidInput("resume_after must be a duration such as 90s, 30m, 2h or seconds")
 
 
-def _moment(value: Any) -> datetime:
+def _moment(value: Any, key: str = "resume_at") -> datetime:
     if isinstance(value, str):
         return parse_datetime(value)
     if isinstance(value, (int, float)) and not isinstance(value, bool):
-        return datetime.fromtimestamp(float(value), tz=timezone.utc)
-    raise InvalidInput("resume_at must be an ISO 8601 date-time")
+        try:
+            return datetime.fromtimestamp(float(value), tz=timezone.utc)
+        except (OverflowError, ValueError, OSError):
+            raise InvalidInput(f"{key} is out of range") from None
+    raise InvalidInput(f"{key} must be an ISO 8601 date-time")
 
 
 # -- serving ----------------------------------------------------------------------------------

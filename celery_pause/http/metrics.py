@@ -2,7 +2,8 @@
 
 Every value is read from the worker at scrape time. Labels are bounded: queue
 names the worker consumes, registered task names, hold sources (``manual``, ``unreadable``,
-``breaker:<name>``), breaker names, and fixed words; never task ids or reasons.
+``breaker:<name>``, ``window:<name>``), breaker names, and fixed words; never task ids or
+reasons.
 """
 
 from __future__ import annotations
@@ -71,6 +72,24 @@ class PauseCollector:
         for source, count in sorted(by_source.items()):
             holds.add_metric([source], float(count))
         yield holds
+
+        scheduled = GaugeMetricFamily(
+            "celery_pause_scheduled_holds",
+            "Holds that start later (scheduled pauses, each window's next occurrence), by source.",
+            labels=["source"],
+        )
+        by_source = {}
+        for hold in view.scheduled:
+            by_source[hold.source] = by_source.get(hold.source, 0) + 1
+        for source, count in sorted(by_source.items()):
+            scheduled.add_metric([source], float(count))
+        yield scheduled
+        next_start = min((hold.began for hold in view.scheduled), default=None)
+        yield GaugeMetricFamily(
+            "celery_pause_next_scheduled_start_seconds",
+            "Seconds until the next scheduled hold starts (-1 when none is scheduled).",
+            value=-1.0 if next_start is None else max(0.0, next_start - view.now),
+        )
 
         transitions = CounterMetricFamily(
             "celery_pause_transitions",

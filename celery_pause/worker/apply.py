@@ -69,7 +69,12 @@ class ApplyStep(bootsteps.StartStopStep):
         self.applied: Applied | None = None
         """The generation and scope this worker applies; ``None`` before the first."""
         self.holds: tuple[Hold, ...] = ()
-        self.latest: Applied | None = None
+        """The active holds, as last read."""
+        self.scheduled: tuple[Hold, ...] = ()
+        """The holds that start later (with the windows' next occurrences), as last read."""
+        self.as_of = 0.0
+        """Store time of the newest read whose scope is applied (see ``WorkerReport.as_of``)."""
+        self.latest: tuple[Applied, float] | None = None
         self.breakers: tuple[str, ...] = ()
         """Circuit breakers whose agent runs on this worker (set by the breaker step)."""
         self.sync = StoreSync(
@@ -79,6 +84,7 @@ class ApplyStep(bootsteps.StartStopStep):
             pool=self.pool,
             gate=self.gate,
             applied=lambda: self.applied,
+            as_of=lambda: self.as_of,
             breakers=lambda: self.breakers,
             deliver=self._deliver,
             return_expired=self._schedule_return,
@@ -103,6 +109,7 @@ class ApplyStep(bootsteps.StartStopStep):
             "generation": generation,
             "scope": scope.to_json(),
             "holds": [h.to_json() for h in self.holds if h.scope.for_worker(hostname)],
+            "scheduled": [h.to_json() for h in self.scheduled if h.scope.for_worker(hostname)],
             "held": self.gate.held_by_task(),
             "running": [
                 {"id": task_id, "name": name} for task_id, name in self.gate.running_tasks(scope)
@@ -145,7 +152,9 @@ class ApplyStep(bootsteps.StartStopStep):
                 self.store.display_url,
             )
             return -1, EVERYTHING
-        self.holds = snapshot.state.live_holds(snapshot.now)
+        self.holds = snapshot.state.active_holds(snapshot.now)
+        self.scheduled = snapshot.state.scheduled_holds(snapshot.now)
+        self.as_of = snapshot.now
         paused = snapshot.state.paused(snapshot.now).for_worker(self.consumer.hostname)
         return snapshot.state.generation, paused
 
@@ -167,12 +176,15 @@ class ApplyStep(bootsteps.StartStopStep):
     # -- state changes ----------------------------------------------------------------
     def _deliver(self, snapshot: Snapshot) -> None:
         """From the sync thread: close the gate at once, apply the rest on the loop."""
-        paused = snapshot.state.paused(snapshot.now).for_worker(self.consumer.hostname)
-        latest = (snapshot.state.generation, paused)
+        state, now = snapshot.state, snapshot.now
+        paused = state.paused(now).for_worker(self.consumer.hostname)
+        latest = (state.generation, paused)
+        self.scheduled = state.scheduled_holds(now)
         if self.applied == latest:
+            self.as_of = now
             return
-        self.holds = snapshot.state.live_holds(snapshot.now)
-        self.latest = latest
+        self.holds = state.active_holds(now)
+        self.latest = (latest, now)
         if latest[1]:
             self.gate.scope = self.gate.scope | latest[1]
         self.consumer.call_soon(self._apply_latest)
@@ -180,11 +192,13 @@ class ApplyStep(bootsteps.StartStopStep):
     def _apply_latest(self) -> None:
         # Apply the newest state delivered, not the one this callback was queued for:
         # callbacks queued by earlier reads must not reopen what a later read closed.
-        if self.latest is not None and self.latest != self.applied:
-            self.apply(*self.latest)
+        if self.latest is not None and self.latest[0] != self.applied:
+            latest, as_of = self.latest
+            self.apply(*latest, as_of=as_of)
 
-    def apply(self, generation: int, scope: Scope) -> None:
-        """On the consumer loop: match consumers, gate and held tasks to ``scope``."""
+    def apply(self, generation: int, scope: Scope, *, as_of: float | None = None) -> None:
+        """On the consumer loop: match consumers, gate and held tasks to ``scope``, the
+        pause as read at store time ``as_of``."""
         c = self.consumer
         previous = self.applied[1] if self.applied else NOTHING
         self.gate.scope = scope
@@ -208,6 +222,8 @@ class ApplyStep(bootsteps.StartStopStep):
             logger.info("celery-pause: returned %d task(s) of drained queues", drained)
         self.gate.release()
         self.applied = (generation, scope)
+        if as_of is not None:
+            self.as_of = as_of
         self.sync.publish_now()
         if scope != previous:
             self._announce(generation, scope, previous)

@@ -138,6 +138,7 @@ class Monitor:
         applied = step.applied if step is not None else None
         generation, scope = applied if applied is not None else (-1, NOTHING)
         holds = tuple(h for h in step.holds if h.live(now)) if step is not None else ()
+        scheduled = tuple(step.scheduled) if step is not None else ()
         consumed = tuple(step.consumed or ()) if step is not None else ()
         with self._lock:
             transitions = dict(self.transitions)
@@ -153,6 +154,7 @@ class Monitor:
             scope=scope,
             consumed=consumed,
             holds=holds,
+            scheduled=scheduled,
             since=None,
             held=len(step.gate.held) if step is not None else 0,
             counters=step.counters if step is not None else GateCounters(),
@@ -165,7 +167,7 @@ class Monitor:
             pool=step.pool.name if step is not None else "",
             pool_problem=step.pool.problem if step is not None else "",
         )
-        starts = [h.paused_at for h in view.relevant_holds() if h.paused_at]
+        starts = [h.began for h in view.relevant_holds() if h.began]
         since = min(starts) if starts else paused_at
         return replace(view, since=since if view.paused else None)
 

@@ -2,9 +2,11 @@
 
 Store I/O never runs on the consumer's event loop. The thread reads the state
 every ``pause_poll_interval`` seconds (or at once when told by the
-``pause_refresh`` broadcast), hands changes to the loop, and publishes the
-worker's report: on change, while tasks in a paused scope are still running,
-and as a heartbeat.
+``pause_refresh`` broadcast) and again exactly when a hold starts or ends (a
+scheduled pause, a maintenance window's occurrence, an auto-resume), adds the
+app's maintenance windows to what it read, hands changes to the loop, and
+publishes the worker's report: on change, right after a hold started or ended,
+while tasks in a paused scope are still running, and as a heartbeat.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from ..report import APPLIED, STARTING, WorkerReport
 from ..scope import Scope
 from ..settings import PauseConfig
 from ..stores import Snapshot, Store
+from ..windows import with_windows
 from .gate import Gate
 from .pools import PoolSupport
 
@@ -42,6 +45,7 @@ class StoreSync(threading.Thread):
         pool: PoolSupport,
         gate: Gate,
         applied: Callable[[], tuple[int, Scope] | None],
+        as_of: Callable[[], float],
         breakers: Callable[[], tuple[str, ...]],
         deliver: Callable[[Snapshot], None],
         return_expired: Callable[[], None],
@@ -53,6 +57,7 @@ class StoreSync(threading.Thread):
         self.pool = pool
         self.gate = gate
         self._applied = applied
+        self._as_of = as_of
         self._breakers = breakers
         self._deliver = deliver
         self._return_expired = return_expired
@@ -63,8 +68,9 @@ class StoreSync(threading.Thread):
         self._next_heartbeat = 0.0
         self._errors = ThrottledLog(logger)
         self.store_ok = True
-        self.next_expiry: float | None = None
-        self._expiry_local = 0.0
+        self.next_change: float | None = None
+        """Store time of the next start or end of a hold, read again exactly then."""
+        self._change_local = 0.0
 
     # -- called from other threads ------------------------------------------------
     def refresh(self) -> None:
@@ -87,7 +93,7 @@ class StoreSync(threading.Thread):
         """Register as starting, then read the state; ``None`` if the store is unreachable."""
         try:
             self.store.put_worker(self._report(STARTING, -1, None, ()))
-            return self.store.read()
+            return self._in_force(self.store.read())
         except StoreError as exc:
             self._log_store_error(exc)
             return None
@@ -112,25 +118,33 @@ class StoreSync(threading.Thread):
             self._wake.wait(max(0.0, timeout))
             self._wake.clear()
 
+    def _in_force(self, snapshot: Snapshot) -> Snapshot:
+        """The snapshot with the maintenance windows' current and next occurrences."""
+        state = with_windows(snapshot.state, self.config.windows, snapshot.now)
+        return Snapshot(state, snapshot.now)
+
     def _read(self) -> None:
         try:
-            snapshot = self.store.read()
+            snapshot = self._in_force(self.store.read())
         except StoreError as exc:
             self._log_store_error(exc)
             return
         if not self.store_ok:
             logger.warning("celery-pause: store %s is reachable again", self.store.display_url)
         self.store_ok = True
-        self.next_expiry = snapshot.state.next_expiry(snapshot.now)
-        self._expiry_local = time.monotonic() + (
-            self.next_expiry - snapshot.now if self.next_expiry is not None else 0
+        crossed = self.next_change is not None and snapshot.now >= self.next_change
+        self.next_change = snapshot.state.next_change(snapshot.now)
+        self._change_local = time.monotonic() + (
+            self.next_change - snapshot.now if self.next_change is not None else 0
         )
         self._deliver(snapshot)
+        if crossed:
+            self._published = None  # a hold started or ended: say so at once
 
     def _read_interval(self) -> float:
         interval = self.config.poll_interval
-        if self.next_expiry is not None:
-            interval = min(interval, max(self._expiry_local - time.monotonic(), 0.0) + 0.001)
+        if self.next_change is not None:
+            interval = min(interval, max(self._change_local - time.monotonic(), 0.0) + 0.001)
         return interval
 
     def _timeout(self, next_read: float) -> float:
@@ -190,6 +204,7 @@ class StoreSync(threading.Thread):
             breakers=self._breakers(),
             pool=self.pool.name,
             pool_problem=self.pool.problem,
+            as_of=self._as_of(),
         )
 
     def _log_store_error(self, exc: StoreError) -> None:

@@ -72,7 +72,17 @@ function render(doc) {
   document.getElementById("updated").textContent =
     "generation " + doc.generation + " · updated " + when(doc.now);
   fill("holds", doc.holds.map((h) => [
-    h.source, holdScope(h), h.paused_by, h.reason, when(h.paused_at), when(h.resume_at) || "—",
+    h.source, holdScope(h), h.paused_by, h.reason, when(h.start_at || h.paused_at),
+    when(h.resume_at) || "—", h.beat,
+  ]));
+  fill("scheduled", doc.scheduled.map((h) => [
+    h.source, holdScope(h), h.paused_by, h.reason, when(h.start_at), when(h.resume_at) || "—",
+    h.beat, h.id,
+  ]));
+  fill("windows", doc.windows.map((w) => [
+    w.name, holdScope(w), w.schedule, w.duration + "s", w.beat,
+    w.in_force ? when(w.in_force.resume_at) : "—", w.next ? when(w.next.start_at) : "—",
+    when(w.skipped_until) || "—",
   ]));
   fill("breakers", doc.breakers.map((b) => [
     b.name, b.state, scope(b.queues), b.failures + "/" + b.fail_max, when(b.opened_at),
@@ -119,6 +129,7 @@ function formBody(form) {
     else if (el.value.trim() !== "") body[el.name] = el.value.trim();
   }
   if (body.resume_at) body.resume_at = new Date(body.resume_at).toISOString();
+  if (body.start_at) body.start_at = new Date(body.start_at).toISOString();
   return body;
 }
 
@@ -134,13 +145,16 @@ async function submit(event, path) {
   if (!response.ok) {
     say(doc.error || "error " + response.status, "error");
   } else if (path === "pause") {
-    say("Paused " + holdScope(doc.hold) + " (generation " + doc.generation + ").", "ok");
+    const what = doc.hold.start_at ? "Scheduled a pause of " : "Paused ";
+    const from = doc.hold.start_at ? " from " + when(doc.hold.start_at) : "";
+    say(what + holdScope(doc.hold) + from + " (generation " + doc.generation + ").", "ok");
     form.reset();
   } else {
     const rest = doc.remaining.length
       ? " Still held by " + doc.remaining.map((h) => h.source).join(", ") + "."
       : " The queues flow again.";
-    say("Removed " + doc.removed.length + " hold(s)." + rest, "ok");
+    const cancelled = doc.cancelled.length ? " Cancelled " + doc.cancelled.length + "." : "";
+    say("Removed " + doc.removed.length + " hold(s)." + cancelled + rest, "ok");
     form.reset();
   }
   await refresh();
