@@ -229,17 +229,7 @@ def starts(entries: Sequence[HistoryEntry], now: float) -> list[HistoryEntry]:
     """``start`` entries for scheduled pauses whose start came before anyone cancelled them."""
     cancelled = {hold: entry.at for entry in entries for hold in entry.ended}
     return [
-        HistoryEntry(
-            action=START,
-            at=entry.start_at,
-            queues=entry.queues,
-            tasks=entry.tasks,
-            workers=entry.workers,
-            source=entry.source,
-            reason=entry.reason,
-            holds=entry.holds,
-            resume_at=entry.resume_at,
-        )
+        _derived(entry, START, entry.start_at, resume_at=entry.resume_at)
         for entry in entries
         if entry.action == PAUSE
         and entry.start_at is not None
@@ -252,21 +242,28 @@ def expiries(entries: Sequence[HistoryEntry], now: float) -> list[HistoryEntry]:
     """``expire`` entries for pauses that ran out before any resume ended them."""
     ended = {hold for entry in entries for hold in entry.ended}
     return [
-        HistoryEntry(
-            action=EXPIRE,
-            at=entry.resume_at,
-            queues=entry.queues,
-            source=entry.source,
-            reason=entry.reason,
-            holds=entry.holds,
-            ended=entry.holds,
-        )
+        _derived(entry, EXPIRE, entry.resume_at, ended=entry.holds)
         for entry in entries
         if entry.action == PAUSE
         and entry.resume_at is not None
         and entry.resume_at <= now
         and not ended.intersection(entry.holds)
     ]
+
+
+def _derived(entry: HistoryEntry, action: str, at: float | None, **fields: Any) -> HistoryEntry:
+    """An entry nobody wrote, told by the pause ``entry``: its whole scope, source and reason."""
+    return HistoryEntry(
+        action=action,
+        at=at or 0.0,
+        queues=entry.queues,
+        tasks=entry.tasks,
+        workers=entry.workers,
+        source=entry.source,
+        reason=entry.reason,
+        holds=entry.holds,
+        **fields,
+    )
 
 
 def format_history(entries: Sequence[HistoryEntry]) -> str:

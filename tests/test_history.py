@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 import celery_pause
-from celery_pause.history import HistoryEntry, format_history
+from celery_pause.history import HistoryEntry, expiries, format_history
 from celery_pause.stores import store_for
 from celery_pause.stores.base import Store
 from support.harness import REDIS_BROKER, Cluster, wait_for
@@ -135,3 +135,15 @@ def test_unreadable_entries_are_listed_as_such() -> None:
     assert entry.action == "unreadable"
     assert "Expecting value" in (entry.reason or "")
     assert "unreadable" in format_history([entry])
+
+
+def test_an_expiry_keeps_every_dimension_of_the_pause_it_ends() -> None:
+    # Given a recorded pause of one task type on one worker that ran out
+    paused = HistoryEntry(
+        action="pause", at=1.0, tasks=["proj.charge"], workers=["w1@h"], resume_at=2.0, holds=("h",)
+    )
+
+    # When the history is read after its end, Then the expiry names the same scope
+    (expired,) = expiries([paused], now=3.0)
+    assert (expired.action, expired.at) == ("expire", 2.0)
+    assert expired.scope.describe() == "task proj.charge on worker w1@h"
