@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import threading
+import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any, TypeVar
@@ -40,6 +41,8 @@ from .sql_schema import NAME_LENGTH, PREFIX_LENGTH, log, prepare, values
 
 T = TypeVar("T")
 ATTEMPTS = 20
+PREPARE_BACKOFF = 0.01
+"""Seconds, times the attempt, between two tries at making the tables."""
 STATE, WORKER, RECORD, EVENTS, LEASE = "state", "worker", "record", "events", "lease"
 
 
@@ -287,10 +290,17 @@ class SqlStore(Store):
         if self._ready:
             return
         with self._ready_lock:
-            if not self._ready:
-                with self._failing():
-                    prepare(self.engine)
-                self._ready = True
+            for attempt in range(ATTEMPTS):
+                if self._ready:
+                    return
+                try:
+                    with self._failing():
+                        prepare(self.engine)
+                    self._ready = True
+                except Retry:  # another process makes the tables at this moment
+                    time.sleep(PREPARE_BACKOFF * (attempt + 1))
+        if not self._ready:
+            raise StoreError(f"pause store {self.display_url}: cannot make its tables, locked")
 
     def _server_time(self) -> float:
         self._prepare()

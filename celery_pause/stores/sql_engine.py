@@ -30,6 +30,9 @@ WRITE = "celery_pause_write"
 # Deadlock / serialization failure / lock wait timeout: PostgreSQL SQLSTATEs, MySQL codes.
 RETRY_SQLSTATES = {"40001", "40P01", "55P03"}
 RETRY_MYSQL_CODES = {1205, 1213}
+SQLITE_BUSY = "database is locked"
+"""SQLite's answer when a lock cannot be had (its busy timeout is not used for every wait,
+e.g. a deferred transaction creating the tables while another writes): run it again."""
 
 
 class Retry(Exception):
@@ -155,7 +158,7 @@ def _retryable(exc: sa.exc.DBAPIError) -> bool:
     if getattr(orig, "sqlstate", None) in RETRY_SQLSTATES:
         return True
     args: tuple[Any, ...] = getattr(orig, "args", ())
-    return bool(args) and args[0] in RETRY_MYSQL_CODES
+    return bool(args) and (args[0] in RETRY_MYSQL_CODES or args[0] == SQLITE_BUSY)
 
 
 def _detail(url: str, exc: sa.exc.SQLAlchemyError) -> str:
