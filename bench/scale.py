@@ -102,9 +102,11 @@ class SimulatedWorker:
             gate=self.gate,
             pool=PoolSupport(PREFORK),
             applied=lambda: self.applied,
+            as_of=lambda: 0.0,
             breakers=lambda: (),
             deliver=self.deliver,
             return_expired=lambda: None,
+            pump=lambda: None,
         )
 
     def start(self) -> None:

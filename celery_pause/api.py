@@ -17,9 +17,10 @@ from .errors import AlreadyPaused, InvalidInput, PauseTimeout
 from .formatting import format_time
 from .history import CANCEL, RESUME, pause_entry, record, resume_entry
 from .lifting import Lifted, lift_hold, lift_scope, lifted_scope
+from .ramp import Ramp
 from .report import WorkerReport
 from .results import ClusterStatus, PauseResult, ResumeResult
-from .scope import Rule, Scope
+from .scope import NOTHING, Rule, Scope
 from .settings import config_for
 from .state import MANUAL, Hold, PauseState
 from .stores import Snapshot, store_for
@@ -27,6 +28,7 @@ from .validation import (
     check_beat,
     check_operator,
     check_queues,
+    check_ramp,
     check_reason,
     check_resume,
     check_start,
@@ -166,6 +168,7 @@ def resume(
     hold: str | None = None,
     force: bool = False,
     resumed_by: str | None = None,
+    ramp: timedelta | float | None = None,
     notify: bool = True,
 ) -> ResumeResult:
     """Lift the active manual holds within ``queues``, ``tasks`` and ``workers`` (each every
@@ -186,20 +189,46 @@ def resume(
     (ended early) or next one (skipped): ``window:<name>:<start>``, or ``window:<name>``
     for whichever comes first. ``resumed_by`` (default ``user@host``) is recorded in the
     history. With ``notify=False`` workers apply the change at their next poll.
+
+    ``ramp`` (seconds or a timedelta, at most a day) resumes gradually: over that time the
+    cluster's start rate for what was lifted rises linearly to ``pause_ramp_peak`` tasks
+    per second, then is unlimited (see :mod:`celery_pause.ramp`). Raises
+    :class:`InvalidInput` if nothing in the scope is paused.
     """
     names = (check_queues(queues), check_tasks(tasks), check_workers(workers))
+    seconds = check_ramp(ramp)
     if hold is not None and (not isinstance(hold, str) or any(n is not None for n in names)):
         raise InvalidInput("give a hold id, or a scope (queues, tasks, workers), not both")
     scope = Scope.of(names[0], tasks=names[1], workers=names[2])
-    windows = config_for(app).windows
+    config = config_for(app)
+    windows = config.windows
     lifted = Lifted()
+    store = store_for(app)
+    hosts = [r.hostname for r in store.live_reports(config.worker_ttl, store.now())]
+    by = resumed_by or default_operator()
 
     def lift(state: PauseState, now: float) -> PauseState | None:
+        following: PauseState | None
         if hold is not None:
-            return lift_hold(state, now, hold, force=force, windows=windows, lifted=lifted)
-        return lift_scope(state, now, scope, force=force, windows=windows, lifted=lifted)
+            following = lift_hold(state, now, hold, force=force, windows=windows, lifted=lifted)
+        else:
+            following = lift_scope(state, now, scope, force=force, windows=windows, lifted=lifted)
+        if seconds is None:
+            return following
+        lifts = scope if hold is None else Scope(frozenset())
+        resumed = ramped_scope(lifted.removed, lifts)
+        if following is None or not resumed:
+            raise InvalidInput(f"nothing to ramp: {scope.describe()} is not paused")
+        ramp = Ramp(
+            resumed,
+            start=now,
+            duration=seconds,
+            peak=config.ramp_peak,
+            sharers=max(1, sum(1 for host in hosts if resumed.for_worker(host))),
+            by=by,
+        )
+        return following.with_ramp(ramp, now)
 
-    store = store_for(app)
     snapshot, changed = store.update(lift)
     if changed and notify:
         notify_workers(app)
@@ -208,7 +237,6 @@ def resume(
         scope = (lifted.removed + lifted.cancelled)[0].scope
     remaining = tuple(h for h in current.active_holds(snapshot.now) if h.scope.overlaps(scope))
     scheduled = tuple(h for h in current.scheduled_holds(snapshot.now) if h.scope.overlaps(scope))
-    by = resumed_by or default_operator()
     for action, holds in ((RESUME, lifted.removed), (CANCEL, lifted.cancelled)):
         if holds:
             entry = resume_entry(
@@ -220,6 +248,7 @@ def resume(
                 kept=snapshot.state.holds,
                 forced=force,
                 action=action,
+                ramp=seconds if action == RESUME else None,
             )
             record(app, entry)
     return ResumeResult(
@@ -230,6 +259,15 @@ def resume(
         scheduled=scheduled,
         now=snapshot.now,
     )
+
+
+def ramped_scope(removed: Sequence[Hold], scope: Scope) -> Scope:
+    """What lifting ``removed`` by a resume of ``scope`` resumes (all of each hold when
+    ``scope`` is empty: a resume by hold id)."""
+    resumed = NOTHING
+    for hold in removed:
+        resumed = resumed | (hold.scope & scope if scope else hold.scope)
+    return resumed
 
 
 def status(app: Celery) -> ClusterStatus:

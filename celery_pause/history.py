@@ -20,7 +20,7 @@ from typing import Any
 from celery import Celery
 
 from .errors import InvalidInput, StoreError
-from .formatting import format_time
+from .formatting import format_duration, format_time
 from .scope import Scope
 from .settings import config_for
 from .state import Hold
@@ -57,6 +57,8 @@ class HistoryEntry:
     start_at: float | None = None
     skipped: dict[str, int] | None = None
     """Beat entry name to the number of runs not sent (``skip`` entries)."""
+    ramp: float | None = None
+    """Seconds over which a resume ramped the start rate up (``resume`` entries)."""
 
     @property
     def scope(self) -> Scope:
@@ -79,6 +81,7 @@ class HistoryEntry:
             "forced": self.forced,
             "start_at": self.start_at,
             "skipped": self.skipped,
+            "ramp": self.ramp,
         }
 
     @classmethod
@@ -101,6 +104,7 @@ class HistoryEntry:
                 forced=bool(data.get("forced", False)),
                 start_at=None if data.get("start_at") is None else float(data["start_at"]),
                 skipped=_counts(data.get("skipped")),
+                ramp=None if data.get("ramp") is None else float(data["ramp"]),
             )
         except (KeyError, TypeError, ValueError) as exc:
             detail = data.get("unreadable") or repr(exc)
@@ -120,6 +124,8 @@ class HistoryEntry:
             parts.append(f"starts {format_time(self.start_at)}")
         if self.resume_at is not None and self.action == PAUSE:
             parts.append(f"auto-resume {format_time(self.resume_at)}")
+        if self.ramp is not None:
+            parts.append(f"ramp {format_duration(self.ramp)}")
         if self.skipped:
             runs = ", ".join(f"{name} x{count}" for name, count in sorted(self.skipped.items()))
             parts.append(f"beat skipped {runs}")
@@ -159,6 +165,7 @@ def resume_entry(
     kept: Iterable[Hold],
     forced: bool,
     action: str = RESUME,
+    ramp: float | None = None,
 ) -> HistoryEntry:
     """The entry for a resume of ``scope`` that lifted ``removed`` (wholly or in part);
     ``kept`` are the holds still in the state afterwards. ``action`` is ``cancel`` for
@@ -178,6 +185,7 @@ def resume_entry(
         holds=tuple(h.id for h in removed),
         ended=tuple(h.id for h in removed if h.id not in still),
         forced=forced,
+        ramp=ramp,
     )
 
 

@@ -36,6 +36,8 @@ class WorkerReport:
         """Whether this worker's pool holds every task of a paused scope."""
         return not self.pool_problem
 
+    ramping: int = 0
+    """Requests let through by the pause that wait for a ramped resume's rate."""
     as_of: float = 0.0
     """Store time of the newest read of the state whose scope the worker applies: a hold
     that starts at ``t`` is applied once ``as_of >= t``."""
@@ -76,6 +78,7 @@ class WorkerReport:
                 paused=None if paused is None else [str(q) for q in paused],
                 running=tuple(str(t) for t in data.get("running", ())),
                 held=int(data.get("held", 0)),
+                ramping=int(data.get("ramping", 0)),
                 seen=float(data["seen"]),
                 running_names=tuple(str(n) for n in data.get("running_names", ())),
                 breakers=tuple(str(n) for n in data.get("breakers", ())),

@@ -49,6 +49,13 @@ class Rule:
         """Whether some task could be covered by both rules."""
         return all(_overlap(getattr(self, d), getattr(other, d)) for d in DIMENSIONS)
 
+    def intersection(self, other: Rule) -> Rule | None:
+        """The rule covering what both cover (patterns kept where the other's names match
+        them), or ``None`` if they share nothing."""
+        if not self.overlaps(other):
+            return None
+        return Rule(*(_common(getattr(self, d), getattr(other, d)) for d in DIMENSIONS))
+
     def to_json(self) -> dict[str, list[str] | None]:
         return {d: _sorted(getattr(self, d)) for d in DIMENSIONS}
 
@@ -151,6 +158,10 @@ class Scope:
     def __or__(self, other: Scope) -> Scope:
         return Scope(_merged(self.rules | other.rules))
 
+    def __and__(self, other: Scope) -> Scope:
+        common = (a.intersection(b) for a in self.rules for b in other.rules)
+        return Scope(_merged(frozenset(rule for rule in common if rule is not None)))
+
     def __bool__(self) -> bool:
         return bool(self.rules)
 
@@ -234,6 +245,16 @@ def _overlap(a: Names, b: Names) -> bool:
     if a is None or b is None:
         return True
     return any(x == y or fnmatchcase(x, y) or fnmatchcase(y, x) for x in a for y in b)
+
+
+def _common(a: Names, b: Names) -> Names:
+    """Names both cover: each name of one that the other lists or matches."""
+    if a is None or b is None:
+        return b if a is None else a
+    return frozenset(
+        {x for x in a if any(x == y or fnmatchcase(x, y) for y in b)}
+        | {y for y in b if any(fnmatchcase(y, x) for x in a)}
+    )
 
 
 def _sorted(names: Names) -> list[str] | None:

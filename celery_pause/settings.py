@@ -32,6 +32,7 @@ DEFAULTS: dict[str, Any] = {
     "pause_green_loop_wait": 0.25,
     "pause_beat_default": "queue",
     "pause_windows": None,
+    "pause_ramp_peak": 100.0,
 }
 
 
@@ -57,6 +58,8 @@ class PauseConfig:
     green_loop_wait: float = 0.25
     beat_default: str = "queue"
     windows: tuple[Window, ...] = ()
+    ramp_peak: float = 100.0
+    """The cluster's start rate (tasks per second) at the end of a ramped resume."""
 
     @classmethod
     def from_app(cls, app: Celery) -> PauseConfig:
@@ -94,6 +97,7 @@ class PauseConfig:
             history_size=_count(values, "pause_history_size"),
             green_loop_wait=min(_positive(values, "pause_green_loop_wait"), 2.0),
             beat_default=_beat(values["pause_beat_default"]),
+            ramp_peak=_positive(values, "pause_ramp_peak"),
             windows=parse_windows(
                 values["pause_windows"], app, _beat(values["pause_beat_default"])
             ),
@@ -150,7 +154,7 @@ def _positive(values: dict[str, Any], key: str) -> float:
         value = float(values[key])
     except (TypeError, ValueError):
         raise ConfigurationError(f"{key} must be a number, got {values[key]!r}") from None
-    if value <= 0:
+    if not value > 0:  # NaN too
         raise ConfigurationError(f"{key} must be positive, got {value!r}")
     return value
 

@@ -11,13 +11,14 @@ generation.
 from __future__ import annotations
 
 import json
-import math
 import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 from .formatting import clip, format_time
+from .jsonfields import number, optional_str, require_str
+from .ramp import Ramp
 from .scope import EVERYTHING, NOTHING, Scope, rule_from_json
 
 SCHEMA = 1
@@ -125,9 +126,9 @@ class Hold:
                 source=require_str(data["source"]),
                 paused_by=optional_str(data.get("paused_by")),
                 reason=optional_str(data.get("reason")),
-                paused_at=_number(data["paused_at"]),
-                resume_at=None if resume_at is None else _number(resume_at),
-                start_at=None if start_at is None else _number(start_at),
+                paused_at=number(data["paused_at"]),
+                resume_at=None if resume_at is None else number(resume_at),
+                start_at=None if start_at is None else number(start_at),
                 beat=beat,
             )
         except (KeyError, TypeError, ValueError, AttributeError, OverflowError) as exc:
@@ -147,6 +148,8 @@ class PauseState:
     holds: tuple[Hold, ...] = ()
     skips: tuple[tuple[str, float], ...] = ()
     """``(window name, store time)``: that window's occurrences starting before it are skipped."""
+    ramps: tuple[Ramp, ...] = ()
+    """Ramped resumes, some perhaps over (see :meth:`live_ramps`)."""
 
     def live_holds(self, now: float) -> tuple[Hold, ...]:
         """The holds still in place at ``now``: active and scheduled ones."""
@@ -179,6 +182,22 @@ class PauseState:
         expiry = self.next_expiry(now)
         return min([t for t in times if t is not None] + ([expiry] if expiry else []), default=None)
 
+    def live_ramps(self, now: float) -> tuple[Ramp, ...]:
+        """The ramps that still limit at ``now``."""
+        return tuple(ramp for ramp in self.ramps if ramp.live(now))
+
+    def with_ramp(self, ramp: Ramp, now: float) -> PauseState:
+        """The same generation with ``ramp`` added, replacing the ramps over by ``now`` and
+        those whose scope it contains (call it on a state that is already the next one)."""
+        kept = (
+            r
+            for r in self.live_ramps(now)
+            if not all(
+                any(new.contains(rule) for new in ramp.scope.rules) for rule in r.scope.rules
+            )
+        )
+        return replace(self, ramps=(*kept, ramp))
+
     def skipped_until(self, window: str) -> float | None:
         """Until when the occurrences of ``window`` are skipped, if an operator skipped one."""
         return dict(self.skips).get(window)
@@ -202,6 +221,8 @@ class PauseState:
         }
         if self.skips:
             doc["skips"] = dict(self.skips)
+        if self.ramps:
+            doc["ramps"] = [ramp.to_json() for ramp in self.ramps]
         return json.dumps(doc, separators=(",", ":")).encode()
 
     @classmethod
@@ -219,40 +240,35 @@ class PauseState:
             generation = doc["generation"]
             if type(generation) is not int or generation < 0:
                 raise ValueError(f"generation is {generation!r}")
-            holds = doc["holds"]
-            if not isinstance(holds, list):
-                raise ValueError(f"holds is {type(holds).__name__}")
+            holds = _list(doc["holds"], "holds")
             skips = _skips(doc.get("skips", {}))
-        except (ValueError, KeyError, TypeError, RecursionError, OverflowError) as exc:
+            ramps = tuple(Ramp.from_json(ramp) for ramp in _list(doc.get("ramps", []), "ramps"))
+        except (
+            ValueError,
+            KeyError,
+            TypeError,
+            AttributeError,
+            RecursionError,
+            OverflowError,
+        ) as exc:
             detail = f"unreadable pause state: {exc}"[:200]
             return cls(generation=0, holds=(unreadable_hold(detail),))
         return cls(
-            generation=generation, holds=tuple(Hold.from_json(h) for h in holds), skips=skips
+            generation=generation,
+            holds=tuple(Hold.from_json(h) for h in holds),
+            skips=skips,
+            ramps=ramps,
         )
-
-
-def require_str(value: Any) -> str:
-    if not isinstance(value, str):
-        raise TypeError(f"expected a string, got {type(value).__name__}")
-    return value
-
-
-def optional_str(value: Any) -> str | None:
-    return None if value is None else require_str(value)
 
 
 def _skips(value: Any) -> tuple[tuple[str, float], ...]:
     """The windows' skip markers: an object of window name to store time."""
     if not isinstance(value, dict):
         raise TypeError(f"skips is {type(value).__name__}")
-    return tuple(sorted((require_str(name), _number(until)) for name, until in value.items()))
+    return tuple(sorted((require_str(name), number(until)) for name, until in value.items()))
 
 
-def _number(value: Any) -> float:
-    """A finite JSON number; strings, booleans, NaN and infinities are not times."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise TypeError(f"expected a number, got {type(value).__name__}")
-    number = float(value)  # OverflowError for an int too large for a float
-    if not math.isfinite(number):
-        raise ValueError(f"expected a finite number, got {number!r}")
-    return number
+def _list(value: Any, name: str) -> list[Any]:
+    if not isinstance(value, list):
+        raise ValueError(f"{name} is {type(value).__name__}")
+    return value

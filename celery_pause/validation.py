@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterable
 from datetime import datetime, timedelta
 
 from .errors import InvalidInput
+from .ramp import MAX_RAMP
 from .state import BEAT_POLICIES
 
 UNITS = {"d": 86400, "h": 3600, "m": 60, "s": 1}
@@ -157,6 +158,16 @@ def check_beat(beat: str | None) -> str | None:
     if beat is not None and beat not in BEAT_POLICIES:
         raise InvalidInput(f"beat must be 'queue' or 'skip', got {str(beat)[:40]!r}")
     return beat
+
+
+def check_ramp(ramp: timedelta | float | None) -> float | None:
+    """Seconds a resume ramps over (``None``: no ramp), positive and at most a day."""
+    if ramp is None:
+        return None
+    seconds = ramp.total_seconds() if isinstance(ramp, timedelta) else _seconds(ramp, "ramp")
+    if not (0 < seconds <= MAX_RAMP):
+        raise InvalidInput(f"ramp must be positive and at most a day (86400 s), got {ramp!r}")
+    return seconds
 
 
 def _timestamp(moment: datetime, name: str = "resume_at") -> float:

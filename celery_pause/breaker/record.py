@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
-from ..state import optional_str, require_str
+from ..jsonfields import optional_str, require_str
 
 CLOSED = "closed"
 OPEN = "open"

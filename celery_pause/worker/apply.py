@@ -11,6 +11,7 @@ applied here, on the consumer loop.
 from __future__ import annotations
 
 import logging
+import time
 from dataclasses import replace
 from typing import Any
 
@@ -22,10 +23,11 @@ from .. import (
     control,  # noqa: F401  (registers the pause_refresh command)
     signals,
 )
+from ..ramp import Ramp, Share
 from ..routing import QueueResolver
 from ..scope import EVERYTHING, NOTHING, Scope
 from ..settings import config_for
-from ..state import Hold
+from ..state import Hold, PauseState
 from ..stores import Snapshot, store_for
 from ..view import GateCounters
 from .gate import Gate
@@ -75,6 +77,11 @@ class ApplyStep(bootsteps.StartStopStep):
         self.as_of = 0.0
         """Store time of the newest read whose scope is applied (see ``WorkerReport.as_of``)."""
         self.latest: tuple[Applied, float] | None = None
+        self.ramps: tuple[Ramp, ...] = ()
+        """The ramped resumes in force on this worker, as last read."""
+        self._clock_offset = 0.0
+        """Store time minus ``time.monotonic()``, as of the last read."""
+        self.gate.clock = lambda: time.monotonic() + self._clock_offset
         self.breakers: tuple[str, ...] = ()
         """Circuit breakers whose agent runs on this worker (set by the breaker step)."""
         self.sync = StoreSync(
@@ -88,8 +95,10 @@ class ApplyStep(bootsteps.StartStopStep):
             breakers=lambda: self.breakers,
             deliver=self._deliver,
             return_expired=self._schedule_return,
+            pump=self._schedule_pump,
         )
         self._return_scheduled = False
+        self._pump_scheduled = False
 
     # -- what other parts of the worker ask ------------------------------------------------
     def refresh(self) -> None:
@@ -152,8 +161,8 @@ class ApplyStep(bootsteps.StartStopStep):
                 self.store.display_url,
             )
             return -1, EVERYTHING
+        self._read(snapshot.state, snapshot.now)
         self.holds = snapshot.state.active_holds(snapshot.now)
-        self.scheduled = snapshot.state.scheduled_holds(snapshot.now)
         self.as_of = snapshot.now
         paused = snapshot.state.paused(snapshot.now).for_worker(self.consumer.hostname)
         return snapshot.state.generation, paused
@@ -179,7 +188,7 @@ class ApplyStep(bootsteps.StartStopStep):
         state, now = snapshot.state, snapshot.now
         paused = state.paused(now).for_worker(self.consumer.hostname)
         latest = (state.generation, paused)
-        self.scheduled = state.scheduled_holds(now)
+        self._read(state, now)
         if self.applied == latest:
             self.as_of = now
             return
@@ -188,6 +197,13 @@ class ApplyStep(bootsteps.StartStopStep):
         if latest[1]:
             self.gate.scope = self.gate.scope | latest[1]
         self.consumer.call_soon(self._apply_latest)
+
+    def _read(self, state: PauseState, now: float) -> None:
+        """Keep what every read brings: the clock, the scheduled holds and the ramps."""
+        self._clock_offset = now - time.monotonic()
+        self.scheduled = state.scheduled_holds(now)
+        hostname = self.consumer.hostname
+        self.ramps = tuple(r for r in state.live_ramps(now) if r.scope.for_worker(hostname))
 
     def _apply_latest(self) -> None:
         # Apply the newest state delivered, not the one this callback was queued for:
@@ -202,6 +218,8 @@ class ApplyStep(bootsteps.StartStopStep):
         c = self.consumer
         previous = self.applied[1] if self.applied else NOTHING
         self.gate.scope = scope
+        shares = {share.ramp.id: share for share in self.gate.ramps}
+        self.gate.ramps = tuple(shares.get(r.id) or Share(r) for r in self.ramps)
         if c.task_consumer is not None:
             # A queue listed but not consumed yet (in start(), before the loop's first
             # consume): cancel it if paused, so that first consume fetches nothing to
@@ -221,6 +239,7 @@ class ApplyStep(bootsteps.StartStopStep):
         if drained:
             logger.info("celery-pause: returned %d task(s) of drained queues", drained)
         self.gate.release()
+        self.gate.pump()
         self.applied = (generation, scope)
         if as_of is not None:
             self.as_of = as_of
@@ -252,6 +271,16 @@ class ApplyStep(bootsteps.StartStopStep):
         if not self._return_scheduled:
             self._return_scheduled = True
             self.consumer.call_soon(self._return_expired)
+
+    def _schedule_pump(self) -> None:
+        """From the sync thread: start the tasks the ramps allow by now, on the loop, once."""
+        if not self._pump_scheduled:
+            self._pump_scheduled = True
+            self.consumer.call_soon(self._pump)
+
+    def _pump(self) -> None:
+        self._pump_scheduled = False
+        self.gate.pump()
 
     def _return_expired(self) -> None:
         self._return_scheduled = False

@@ -14,6 +14,11 @@ pool asks the gate once more at the moment it would start a task
 (:meth:`Gate.starts`, from a pool thread or greenlet); ``held`` and ``scope``
 change under one lock, so a task either starts before a pause closes the gate
 (and is reported running) or is held.
+
+While a ramped resume runs (:mod:`celery_pause.ramp`), a request of its scope waits in
+the gate until the worker's share of the ramp's rate lets it start (:meth:`Gate.pump`);
+waiting requests do not widen the prefetch window, so a worker fetches no more than
+its window while the ramp holds it back.
 """
 
 from __future__ import annotations
@@ -30,6 +35,7 @@ from typing import Any
 from celery.worker import state as worker_state
 from celery.worker.request import Request
 
+from ..ramp import Share
 from ..scope import NOTHING, Scope
 from ..view import GateCounters
 
@@ -66,6 +72,12 @@ class Gate:
         """Whether the pool asks :meth:`starts` before each task: then only the
         requests it let start count as running."""
         self._started: weakref.WeakSet[Request] = weakref.WeakSet()
+        self.ramps: tuple[Share, ...] = ()
+        """This worker's shares of the ramped resumes in force (set on the consumer loop)."""
+        self.waiting: list[tuple[Request, float]] = []
+        """Requests let through by the pause, waiting for their ramp, in arrival order."""
+        self.clock: Callable[[], float] = time.time
+        """The store's clock, as this worker estimates it."""
 
     @property
     def scope(self) -> Scope:
@@ -86,7 +98,50 @@ class Gate:
             with self._lock:
                 self._hold(request)
             return None
+        return self._pass(request, time.monotonic())
+
+    def _pass(self, request: Request, since: float) -> Any:
+        """Hand ``request`` to the pool, or have it wait for its ramp."""
+        if self.ramps and (self.waiting or not self._ramp_allows(request)):
+            self.waiting.append((request, since))
+            return None
         return self._handler(request)
+
+    def _ramp_allows(self, request: Request) -> bool:
+        """Whether every ramp covering ``request`` lets one more task start now."""
+        queue, now = self._queue_of(request), self.clock()
+        shares = [s for s in self.ramps if s.ramp.scope.covers(queue, request.name, self.hostname)]
+        return all([share.take(now) for share in shares])
+
+    def pump(self) -> int:
+        """On the consumer loop: start the waiting requests their ramps allow now, in
+        arrival order; hold those a pause has closed the gate on since."""
+        now = self.clock()
+        self.ramps = tuple(share for share in self.ramps if share.ramp.live(now))
+        waiting, self.waiting = self.waiting, []
+        starting, drained = [], []
+        with self._lock:
+            for request, since in waiting:
+                if self.blocks(request):
+                    if self.drains(request):
+                        drained.append(request)
+                    else:
+                        self._hold(request, since)
+                elif self._ramp_allows(request):
+                    starting.append(request)
+                else:
+                    self.waiting.append((request, since))
+        self._return(drained)
+        for request in starting:
+            self._handler(request)
+        self.counters.released += len(starting)
+        return len(starting)
+
+    def next_ramp_start(self) -> float | None:
+        """Store time the next waiting request may start, if any waits."""
+        if not self.waiting:
+            return None
+        return min((share.next_start() for share in self.ramps), default=self.clock())
 
     def _hold(self, request: Request, since: float | None = None) -> None:
         """Hold ``request`` (under the lock) in arrival order; ``since`` when held before."""
@@ -189,7 +244,7 @@ class Gate:
                 if self.blocks(request):
                     self._hold(request, since)
                     continue
-            self._handler(request)
+            self._pass(request, since)
             passed += 1
         self.counters.released += passed
         return passed
@@ -202,8 +257,11 @@ class Gate:
             if expired:
                 self.held = [(req, since) for req, since in self.held if since > deadline]
                 self._unhold(len(expired))
-        self._return(expired)
-        return len(expired)
+            waited = [req for req, since in self.waiting if since <= deadline]
+            if waited:
+                self.waiting = [(req, since) for req, since in self.waiting if since > deadline]
+        self._return(expired + waited)
+        return len(expired) + len(waited)
 
     def return_all(self) -> int:
         """Return every held request to the broker (warm shutdown)."""
@@ -211,6 +269,8 @@ class Gate:
             requests = [req for req, _ in self.held]
             self.held = []
             self._unhold(len(requests))
+            requests += [req for req, _ in self.waiting]
+            self.waiting = []
         self._return(requests)
         return len(requests)
 
@@ -239,7 +299,7 @@ class Gate:
         """
         if not scope:
             return []
-        held = {id(req) for req, _ in list(self.held)}
+        held = {id(req) for req, _ in list(self.held) + list(self.waiting)}
         for _ in range(5):
             try:
                 reserved = tuple(worker_state.reserved_requests)

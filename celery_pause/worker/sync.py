@@ -31,6 +31,8 @@ logger = logging.getLogger(__name__)
 
 DRAIN_CHECK = 0.02
 """Seconds between local checks of running tasks while a pause drains."""
+RAMP_TICK = 0.005
+"""Fewest seconds between two hand-overs of ramped tasks to the consumer loop."""
 
 
 class StoreSync(threading.Thread):
@@ -49,6 +51,7 @@ class StoreSync(threading.Thread):
         breakers: Callable[[], tuple[str, ...]],
         deliver: Callable[[Snapshot], None],
         return_expired: Callable[[], None],
+        pump: Callable[[], None],
     ) -> None:
         super().__init__(name="celery-pause-sync", daemon=True)
         self.store = store
@@ -61,6 +64,7 @@ class StoreSync(threading.Thread):
         self._breakers = breakers
         self._deliver = deliver
         self._return_expired = return_expired
+        self._pump = pump
         self._wake = threading.Event()
         self._stopping = threading.Event()
         self._read_requested = True
@@ -109,6 +113,7 @@ class StoreSync(threading.Thread):
                     next_read = time.monotonic() + self._read_interval()
                 self._publish()
                 self._maybe_return_expired()
+                self._maybe_pump()
                 timeout = self._timeout(next_read)
             except Exception:
                 # A bug must not end the thread: the worker would stop following the store.
@@ -153,6 +158,9 @@ class StoreSync(threading.Thread):
         applied = self._applied()
         if applied is not None and self.gate.running(applied[1]):
             timeout = min(timeout, DRAIN_CHECK)
+        ramp_start = self.gate.next_ramp_start()
+        if ramp_start is not None:
+            timeout = min(timeout, max(ramp_start - self.gate.clock(), RAMP_TICK))
         held = self.gate.held  # the loop replaces the list, pool threads add to it
         if held:
             oldest = held[0][1]
@@ -166,7 +174,14 @@ class StoreSync(threading.Thread):
         generation, scope = applied
         tasks = self.gate.running_tasks(scope)
         running = tuple(task_id for task_id, _ in tasks)
-        key = (generation, scope, running, len(self.gate.held), self._breakers())
+        key = (
+            generation,
+            scope,
+            running,
+            len(self.gate.held),
+            len(self.gate.waiting),
+            self._breakers(),
+        )
         if key == self._published and time.monotonic() < self._next_heartbeat:
             return
         names = tuple(name for _, name in tasks)
@@ -182,6 +197,11 @@ class StoreSync(threading.Thread):
         held = self.gate.held
         if held and held[0][1] + self.config.max_hold <= time.monotonic():
             self._return_expired()
+
+    def _maybe_pump(self) -> None:
+        ramp_start = self.gate.next_ramp_start()
+        if ramp_start is not None and ramp_start <= self.gate.clock():
+            self._pump()
 
     def _report(
         self,
@@ -199,6 +219,7 @@ class StoreSync(threading.Thread):
             paused=paused,
             running=running,
             held=len(self.gate.held),
+            ramping=len(self.gate.waiting),
             seen=self.store.now(),
             running_names=names,
             breakers=self._breakers(),
