@@ -206,6 +206,7 @@ def resume(
     store = store_for(app)
     hosts = [r.hostname for r in store.live_reports(config.worker_ttl, store.now())]
     by = resumed_by or default_operator()
+    recorded: list[Ramp] = []
 
     def lift(state: PauseState, now: float) -> PauseState | None:
         following: PauseState | None
@@ -227,6 +228,7 @@ def resume(
             sharers=max(1, sum(1 for host in hosts if resumed.for_worker(host))),
             by=by,
         )
+        recorded[:] = [ramp]
         return following.with_ramp(ramp, now)
 
     snapshot, changed = store.update(lift)
@@ -258,6 +260,7 @@ def resume(
         cancelled=tuple(lifted.cancelled),
         scheduled=scheduled,
         now=snapshot.now,
+        ramp=recorded[0] if recorded else None,
     )
 
 

@@ -148,6 +148,7 @@ def status_json(
         "store": status.store,
         "holds": [hold.to_json() for hold in status.holds],
         "scheduled": [hold.to_json() for hold in status.scheduled],
+        "ramps": [ramp.status_json(status.now) for ramp in status.ramps],
         "windows": [window.to_json() for window in windows],
         "workers": [
             {
@@ -164,6 +165,7 @@ def status_json(
                     for i, task_id in enumerate(w.running)
                 ],
                 "held": w.held,
+                "ramping": w.ramping,
                 "seen": w.seen,
                 "pool": w.pool or None,
                 "pause_guaranteed": w.guaranteed,
@@ -177,6 +179,7 @@ def status_json(
             "paused": states.count("paused"),
             "running_in_scope": sum(len(w.running) for w in status.workers),
             "held": sum(w.held for w in status.workers),
+            "ramping": sum(w.ramping for w in status.workers),
             "not_guaranteed": sum(1 for w in status.workers if not w.guaranteed),
         },
         "queues": [

@@ -18,6 +18,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
+from .formatting import format_duration, format_time
 from .jsonfields import number, optional_str, require_str
 from .scope import Scope, rule_from_json
 
@@ -68,9 +69,20 @@ class Ramp:
         reached = math.sqrt(2 * starts / (self.peak * self.duration))
         return self.start + self.duration * min(reached, 1.0)
 
-    def describe(self) -> str:
-        by = f" by {self.by}" if self.by else ""
-        return f"ramp on {self.scope.describe()}{by} ({self.source})"
+    def describe(self, now: float) -> str:
+        """``queue a: 35% through a ramp of 10 minutes, at 35.0 of 100 tasks/s, until …``."""
+        by = f", by {self.by}" if self.by else ""
+        source = "" if self.source == "manual" else f", {self.source}"
+        return (
+            f"{self.scope.describe()}: {self.progress(now):.0%} through a ramp of "
+            f"{format_duration(self.duration)}, at {self.rate(now):.1f} of {self.peak:g} "
+            f"tasks/s, until {format_time(self.end)}{by}{source}"
+        )
+
+    def status_json(self, now: float) -> dict[str, Any]:
+        """The ramp and how far it has come at ``now`` (``pause status --json``)."""
+        return {**self.to_json(), "end": self.end, "progress": self.progress(now),
+                "rate": self.rate(now) if self.live(now) else None}  # fmt: skip
 
     def to_json(self) -> dict[str, Any]:
         return {

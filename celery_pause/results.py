@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from .ramp import Ramp
 from .report import WorkerReport
 from .scope import Scope
 from .state import Hold, PauseState
@@ -34,6 +35,8 @@ class ResumeResult:
     """Holds in the scope asked for that are still scheduled to start later."""
     now: float = 0.0
     """Store time of the resume."""
+    ramp: Ramp | None = None
+    """The ramped resume recorded, when asked for one."""
 
 
 @dataclass(frozen=True)
@@ -53,6 +56,11 @@ class ClusterStatus:
     def holds(self) -> tuple[Hold, ...]:
         """The holds that pause now."""
         return self.state.active_holds(self.now)
+
+    @property
+    def ramps(self) -> tuple[Ramp, ...]:
+        """The ramped resumes still raising their rate."""
+        return self.state.live_ramps(self.now)
 
     @property
     def scheduled(self) -> tuple[Hold, ...]:

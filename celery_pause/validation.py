@@ -166,7 +166,7 @@ def check_ramp(ramp: timedelta | float | None) -> float | None:
         return None
     seconds = ramp.total_seconds() if isinstance(ramp, timedelta) else _seconds(ramp, "ramp")
     if not (0 < seconds <= MAX_RAMP):
-        raise InvalidInput(f"ramp must be positive and at most a day (86400 s), got {ramp!r}")
+        raise InvalidInput(f"ramp must be positive and at most a day (86400 s), got {seconds:g} s")
     return seconds
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from .ramp import Ramp
 from .scope import Scope
 from .state import BREAKER_PREFIX, Hold
 
@@ -45,6 +46,10 @@ class WorkerView:
     """The worker's execution pool."""
     pool_problem: str = ""
     """Why the pause cannot be guaranteed on that pool; empty when it can."""
+    ramps: tuple[Ramp, ...] = ()
+    """The ramped resumes in force on this worker."""
+    ramping: int = 0
+    """Requests waiting for a ramp's rate."""
 
     @property
     def paused_queues(self) -> tuple[str, ...]:

@@ -152,3 +152,38 @@ def test_wait_redraws_its_progress_in_place_on_a_terminal(world: Cluster) -> Non
     assert f"finishing 1: support.proj.record[{task_id[:8]}]" in text
     assert "\x1b[F\x1b[K" in text
     assert text.rstrip().endswith("Confirmed by 1 worker: nothing in scope is running.")
+
+
+def test_a_ramped_resume_through_celery(world: Cluster) -> None:
+    # Given queue a paused, with a worker on it
+    worker = world.worker("w1", queues=[world.queue("a")])
+    worker.wait_applied()
+    queue = world.queue("a")
+    assert celery(world, "pause", "-Q", queue).returncode == 0
+
+    # When the operator resumes it over ten minutes
+    resumed = celery(world, "resume", "-Q", queue, "--ramp", "10m")
+
+    # Then the resume says so, status shows the ramp, and the worker applies it
+    assert resumed.returncode == 0, resumed.stderr
+    assert f"Ramping up: the start rate of queue {queue} rises to 100 tasks/s until " in (
+        resumed.stdout
+    )
+    assert f"Queue {queue} flow again." in resumed.stdout
+    text = celery(world, "pause", "status").stdout
+    assert "Ramping (a pause wins at once):" in text
+    assert f"  queue {queue}: 0% through a ramp of 10 minutes, at 0." in text
+    (ramp,) = json.loads(celery(world, "pause", "status", "--json").stdout)["ramps"]
+    scope = [{"queues": [queue], "tasks": None, "workers": None}]
+    assert (ramp["scope"], ramp["duration"], ramp["sharers"]) == (scope, 600.0, 1)
+    assert 0 <= ramp["progress"] < 0.05 and ramp["rate"] < 5
+    worker.wait_applied(2)
+
+    # And a ramp longer than a day, or on a queue that flows, is refused; nothing changes
+    too_long = celery(world, "resume", "-Q", queue, "--ramp", "2d")
+    flowing = celery(world, "resume", "-Q", queue, "--ramp", "1m")
+    assert too_long.returncode == 2 and "at most a day (86400 s), got 172800 s" in too_long.stderr
+    assert flowing.returncode == 2 and f"nothing to ramp: queue {queue} is not paused" in (
+        flowing.stderr
+    )
+    assert celery_pause.status(world.app).state.generation == 2

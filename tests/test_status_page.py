@@ -155,3 +155,37 @@ def test_the_status_page_schedules_and_cancels_a_pause_and_shows_windows(
         page.click("#resume-button")
         expect(page.locator("#message")).to_contain_text("Cancelled 1", timeout=WAIT_MS)
         expect(page.locator("#scheduled")).not_to_contain_text("emails", timeout=WAIT_MS)
+
+
+def test_the_status_page_resumes_with_a_ramp_and_shows_it(world: Cluster, page: Any) -> None:
+    from playwright.sync_api import expect
+
+    # Given queue emails paused, and the status page
+    celery_pause.pause(world.app, queues=["emails"])
+    with admin_server(world.app) as url:
+        page.goto(url + "/")
+        page.fill("#token", TOKEN)
+        page.click("#token-button")
+        expect(page.locator("#state")).to_have_text("PARTIAL", timeout=WAIT_MS)
+
+        # When it is resumed through the form over a ramp of ten minutes
+        page.fill("#resume-queues", "emails")
+        page.fill("#resume-ramp", "10m")
+        page.click("#resume-button")
+
+        # Then the page says so and lists the ramp, as the store recorded it
+        expect(page.locator("#message")).to_contain_text("Ramping up until", timeout=WAIT_MS)
+        expect(page.locator("#state")).to_have_text("RUNNING", timeout=WAIT_MS)
+        row = page.locator("#ramps tbody tr")
+        expect(row).to_contain_text("emails", timeout=WAIT_MS)
+        expect(row).to_contain_text("manual")
+        (ramp,) = celery_pause.status(world.app).ramps
+        assert (ramp.duration, ramp.scope.describe()) == (600.0, "queue emails")
+
+        # And a bad ramp is refused with the reason, changing nothing
+        celery_pause.pause(world.app, queues=["emails"])
+        page.fill("#resume-queues", "emails")
+        page.fill("#resume-ramp", "2d")
+        page.click("#resume-button")
+        expect(page.locator("#message")).to_contain_text("at most a day", timeout=WAIT_MS)
+        assert celery_pause.status(world.app).paused.covers("emails")

@@ -317,6 +317,11 @@ pause.add_command(init_store)
     "--force", is_flag=True,
     help="Remove every hold in scope, those of circuit breakers too.",
 )  # fmt: skip
+@click.option(
+    "--ramp", type=Duration(),
+    help="Resume gradually: over this time (e.g. 10m, at most 1d) the start rate rises "
+    "to pause_ramp_peak tasks/s, then is unlimited.",
+)  # fmt: skip
 @click.pass_context
 def resume(
     ctx: click.Context,
@@ -325,6 +330,7 @@ def resume(
     workers: list[str] | None,
     hold_id: str | None,
     force: bool,
+    ramp: timedelta | None,
 ) -> None:
     """Resume what was paused by hand: everything, or within the -Q queues, --tasks and -d
     workers given; or lift one hold by id (--hold).
@@ -335,7 +341,13 @@ def resume(
         raise click.UsageError("--hold lifts one hold: give it without -Q, --tasks or -d", ctx)
     with operator_errors(ctx):
         result = api.resume(
-            ctx.obj.app, queues=queues, tasks=tasks, workers=workers, hold=hold_id, force=force
+            ctx.obj.app,
+            queues=queues,
+            tasks=tasks,
+            workers=workers,
+            hold=hold_id,
+            force=force,
+            ramp=ramp,
         )
     asked = Scope.of(queues, tasks=tasks, workers=workers)
     if hold_id is not None:

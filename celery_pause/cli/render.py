@@ -11,6 +11,7 @@ from collections.abc import Mapping, Sequence
 
 from ..formatting import format_duration, format_time
 from ..overview import Depths, Overview, WindowStatus, cluster_state, since, worker_state
+from ..ramp import Ramp
 from ..report import APPLIED, WorkerReport
 from ..results import ClusterStatus, PauseResult, ResumeResult
 from ..scope import Scope
@@ -140,12 +141,21 @@ def scheduled_lines(hold: Hold) -> str:
     )
 
 
+def ramp_text(ramp: Ramp) -> str:
+    return (
+        f"Ramping up: the start rate of {ramp.scope.describe()} rises to {ramp.peak:g} "
+        f"tasks/s until {format_time(ramp.end)}, then is unlimited (a pause wins at once)."
+    )
+
+
 def resume_lines(result: ResumeResult, asked: Scope, *, force: bool) -> list[str]:
     """What was lifted, and whether the queues asked for now flow or what still holds them."""
     lines: list[str] = []
     if result.removed:
         removed = "; ".join(h.describe() for h in result.removed)
         lines.append(f"Resumed {asked.describe()}: removed {removed}.")
+    if result.ramp is not None:
+        lines.append(ramp_text(result.ramp))
     for hold in result.cancelled:
         lines.append(f"Cancelled the {hold.describe()} before it started.")
     if result.scheduled:
@@ -229,6 +239,9 @@ def status_lines(view: Overview) -> list[str]:
     if status.scheduled:
         lines.append("Scheduled (cancel one with `resume --hold ID`):")
         lines.extend("  " + scheduled_line(hold, now) for hold in status.scheduled)
+    if status.ramps:
+        lines.append("Ramping (a pause wins at once):")
+        lines.extend("  " + ramp.describe(now) for ramp in status.ramps)
     if view.windows:
         lines.append("Windows:")
         lines.extend("  " + window_line(window, now) for window in view.windows)
@@ -262,6 +275,8 @@ def workers_lines(status: ClusterStatus) -> list[str]:
                 parts[-1] += f" ({tasks_text(report)})"
             if report.held:
                 parts.append(f"held {report.held}")
+            if report.ramping:
+                parts.append(f"waiting for ramp {report.ramping}")
         if report.pool and report.pool != "prefork":
             parts.append(f"pool {report.pool}")
         parts.append(f"seen {max(0.0, status.now - report.seen):.1f}s ago")

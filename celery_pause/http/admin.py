@@ -44,7 +44,7 @@ PAUSE_FIELDS = (
     "reason", "by", "queues", "tasks", "workers", "resume_after", "resume_at", "start_at", "beat",
     "force",
 )  # fmt: skip
-RESUME_FIELDS = ("queues", "tasks", "workers", "hold", "force", "by")
+RESUME_FIELDS = ("queues", "tasks", "workers", "hold", "force", "by", "ramp")
 STATIC = {
     "/": ("index.html", "text/html; charset=utf-8"),
     "/page.js": ("page.js", "text/javascript; charset=utf-8"),
@@ -176,6 +176,7 @@ class AdminAPI:
             hold=_opt_text(body, "hold"),
             force=_flag(body, "force"),
             resumed_by=_opt_text(body, "by") or _caller(request),
+            ramp=_duration(body["ramp"], "ramp") if body.get("ramp") not in (None, "") else None,
         )
         logger.info(
             "celery-pause admin: resume removed %d hold(s), cancelled %d, %d still in place",
@@ -192,6 +193,7 @@ class AdminAPI:
                 "scheduled": [h.to_json() for h in result.scheduled],
                 "generation": result.generation,
                 "flowing": not result.remaining,
+                "ramp": None if result.ramp is None else result.ramp.status_json(result.now),
             },
         )
 
@@ -275,14 +277,12 @@ def _names(body: dict[str, Any], key: str) -> list[str] | None:
     return value
 
 
-def _duration(value: Any) -> timedelta:
-    if isinstance(value, bool):
-        raise InvalidInput("resume_after must be a duration such as 90s, 30m, 2h or seconds")
-    if isinstance(value, (int, float)):
+def _duration(value: Any, key: str = "resume_after") -> timedelta:
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
         return parse_duration(str(value))
     if isinstance(value, str):
         return parse_duration(value)
-    raise InvalidInput("resume_after must be a duration such as 90s, 30m, 2h or seconds")
+    raise InvalidInput(f"{key} must be a duration such as 90s, 30m, 2h or seconds")
 
 
 def _moment(value: Any, key: str = "resume_at") -> datetime:

@@ -2,8 +2,8 @@
 
 Every value is read from the worker at scrape time. Labels are bounded: queue
 names the worker consumes, registered task names, hold sources (``manual``, ``unreadable``,
-``breaker:<name>``, ``window:<name>``), breaker names, and fixed words; never task ids or
-reasons.
+``breaker:<name>``, ``window:<name>``), breaker names, the ids of ramps in force (a ramp
+lasts a day at most), and fixed words; never task ids or reasons.
 """
 
 from __future__ import annotations
@@ -122,6 +122,27 @@ class PauseCollector:
         for task, count in sorted(view.held_by_task.items()):
             by_task.add_metric([task], float(count))
         yield by_task
+
+        yield GaugeMetricFamily(
+            "celery_pause_ramp_waiting",
+            "Task messages waiting for a ramped resume's start rate right now.",
+            value=float(view.ramping),
+        )
+        progress = GaugeMetricFamily(
+            "celery_pause_ramp_progress",
+            "How far each ramped resume in force has come, 0 to 1, by source and ramp id.",
+            labels=["source", "ramp"],
+        )
+        rate = GaugeMetricFamily(
+            "celery_pause_ramp_rate",
+            "The cluster's start rate (tasks/s) each ramped resume allows now.",
+            labels=["source", "ramp"],
+        )
+        for ramp in view.ramps:
+            progress.add_metric([ramp.source, ramp.id], ramp.progress(view.now))
+            rate.add_metric([ramp.source, ramp.id], ramp.rate(view.now))
+        yield progress
+        yield rate
 
         breakers = GaugeMetricFamily(
             "celery_pause_breaker_open",

@@ -166,6 +166,8 @@ class Monitor:
             busy=bool(worker_state.active_requests),
             pool=step.pool.name if step is not None else "",
             pool_problem=step.pool.problem if step is not None else "",
+            ramps=tuple(r for r in step.ramps if r.live(now)) if step is not None else (),
+            ramping=len(step.gate.waiting) if step is not None else 0,
         )
         starts = [h.began for h in view.relevant_holds() if h.began]
         since = min(starts) if starts else paused_at

@@ -79,6 +79,10 @@ function render(doc) {
     h.source, holdScope(h), h.paused_by, h.reason, when(h.start_at), when(h.resume_at) || "—",
     h.beat, h.id,
   ]));
+  fill("ramps", doc.ramps.map((r) => [
+    r.scope.map(holdScope).join("; "), r.source, r.by, Math.round(r.progress * 100) + "%",
+    r.rate === null ? "unlimited" : r.rate.toFixed(1), r.peak, when(r.end),
+  ]));
   fill("windows", doc.windows.map((w) => [
     w.name, holdScope(w), w.schedule, w.duration + "s", w.beat,
     w.in_force ? when(w.in_force.resume_at) : "—", w.next ? when(w.next.start_at) : "—",
@@ -90,7 +94,7 @@ function render(doc) {
   ]));
   fill("workers", doc.workers.map((w) => [
     w.hostname, w.state, w.generation, scope(w.paused_queues), w.running.length, w.held,
-    Math.max(0, doc.now - w.seen).toFixed(1) + "s ago",
+    w.ramping, Math.max(0, doc.now - w.seen).toFixed(1) + "s ago",
   ]));
   fill("queues", doc.queues.map((q) => [
     q.name, q.waiting === null ? "?" : q.waiting,
@@ -154,7 +158,8 @@ async function submit(event, path) {
       ? " Still held by " + doc.remaining.map((h) => h.source).join(", ") + "."
       : " The queues flow again.";
     const cancelled = doc.cancelled.length ? " Cancelled " + doc.cancelled.length + "." : "";
-    say("Removed " + doc.removed.length + " hold(s)." + cancelled + rest, "ok");
+    const ramp = doc.ramp ? " Ramping up until " + when(doc.ramp.end) + "." : "";
+    say("Removed " + doc.removed.length + " hold(s)." + cancelled + rest + ramp, "ok");
     form.reset();
   }
   await refresh();
