@@ -5,12 +5,14 @@ threads, gevent and eventlet pools, the pool's start of each task: see
 :mod:`.pools`), cancels and re-adds the consumers of paused queues, and hands
 held requests on at resume.
 The store thread (:mod:`.sync`) reads and reports; every change it reads is
-applied here, on the consumer loop.
+applied here, on the consumer loop (on gevent and eventlet, where that thread is
+a greenlet, it also opens the gate and hands held tasks on itself).
 """
 
 from __future__ import annotations
 
 import logging
+import threading
 from dataclasses import replace
 from typing import Any
 
@@ -175,7 +177,12 @@ class ApplyStep(bootsteps.StartStopStep):
 
     # -- state changes ----------------------------------------------------------------
     def _deliver(self, snapshot: Snapshot) -> None:
-        """From the sync thread: close the gate at once, apply the rest on the loop."""
+        """From the sync thread: close the gate at once, apply the rest on the loop.
+
+        On green pools (the sync thread a greenlet) it also opens the gate and hands
+        held tasks on at once, in a greenlet of their own: the ``synloop`` would only
+        get to it after its current wait for the broker.
+        """
         state, now = snapshot.state, snapshot.now
         paused = state.paused(now).for_worker(self.consumer.hostname)
         latest = (state.generation, paused)
@@ -185,9 +192,28 @@ class ApplyStep(bootsteps.StartStopStep):
             return
         self.holds = state.active_holds(now)
         self.latest = (latest, now)
-        if latest[1]:
+        if self.pool.greenlets:
+            # Greenlets switch only where they block, and nothing between the gate's
+            # check and its hold blocks: the gate opens here as safely as on the loop.
+            self.gate.scope = paused
+            if self.gate.held:
+                release = threading.Thread(target=self._release, name="celery-pause-release")
+                release.daemon = True
+                release.start()
+        elif latest[1]:
             self.gate.scope = self.gate.scope | latest[1]
         self.consumer.call_soon(self._apply_latest)
+
+    def _release(self) -> None:
+        """In a greenlet of its own: hand on the held tasks the gate lets through now.
+
+        It may wait for free slots in the pool, as the consumer would; the loop's
+        ``apply`` releases again whatever is left.
+        """
+        try:
+            self.gate.release(off_loop=True)
+        except Exception as exc:
+            logger.error("celery-pause: handing held tasks on failed (%r); the loop retries", exc)
 
     def _apply_latest(self) -> None:
         # Apply the newest state delivered, not the one this callback was queued for:
