@@ -1,6 +1,6 @@
 """Chaos: random pauses and resumes while workers are killed, store connections dropped
-and a push notification lost, on three workers of three pools (prefork, threads,
-gevent). Run it alone with ``pytest -m chaos``; ``CHAOS_SEED=n`` replays a run.
+and a push notification lost, on four workers of four pools (prefork, threads,
+gevent, eventlet). Run it alone with ``pytest -m chaos``; ``CHAOS_SEED=n`` replays a run.
 
 It runs once with Redis and once with RabbitMQ as the broker. The store, and the
 Redis broker, are a private ``redis-server``: the test shortens the visibility
@@ -38,9 +38,10 @@ pytestmark = pytest.mark.chaos
 SEED = int(os.environ.get("CHAOS_SEED") or random.randrange(2**32))
 TASKS = 1000
 CHAOS_SECONDS = 45.0
-POOLS = ("prefork", "threads", "gevent")
+POOLS = ("prefork", "threads", "gevent", "eventlet")
 """One worker of each: tasks wait for a process, in the executor's queue, or in a full
-greenlet pool (the consumer blocked) when a pause lands."""
+greenlet pool (the consumer blocked) when a pause lands; on the green pools the store
+greenlet hands held tasks on while the consumer waits for the broker."""
 VISIBILITY = 8  # seconds before kombu redelivers the messages of a killed worker
 STORE_DB = 1
 
@@ -250,7 +251,7 @@ def test_pauses_hold_under_chaos(
     rng = random.Random(SEED)
     chaos = Chaos(cluster, server, rng)
 
-    # Given three workers (prefork, threads, gevent) on four queues, acks late, and tasks
+    # Given four workers (prefork, threads, gevent, eventlet) on four queues, acks late, and tasks
     # arriving steadily
     chaos.workers = [start_worker(cluster, i, chaos.queues) for i in range(len(POOLS))]
     for worker in chaos.workers:

@@ -3,6 +3,8 @@ and the start check on in-process pools (pure logic, with fakes for the pool sid
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import types
 import warnings
 from collections.abc import Callable, Iterator
@@ -16,7 +18,13 @@ from celery.worker.request import Request
 from celery_pause.errors import ConfigurationError
 from celery_pause.state import Scope
 from celery_pause.worker.gate import Gate
-from celery_pause.worker.pools import StartCheck, missing_internals, pool_name, support_for
+from celery_pause.worker.pools import (
+    StartCheck,
+    missing_internals,
+    pool_name,
+    support_for,
+    threads_are_green,
+)
 
 
 class FakeRequest(Request):  # type: ignore[misc]
@@ -230,3 +238,51 @@ def test_a_request_from_a_lost_connection_neither_starts_nor_is_held(
 
     # Then it did not run and the gate does not hold it: the broker delivers it again
     assert ran == [] and not request.accepted and gate.held == []
+
+
+def test_a_release_off_the_loop_leaves_requests_the_worker_dropped_meanwhile(
+    reserved: list[FakeRequest],
+) -> None:
+    # Given two held requests of a paused queue
+    passed: list[str] = []
+    gate = Gate(lambda req: passed.append(req.id), lambda req: req.queue, start_check=True)
+    gate.scope = Scope.of(["payments"])
+    kept, dropped = reserve(reserved, "kept"), reserve(reserved, "dropped")
+    gate(kept)
+    gate(dropped)
+
+    # When the worker drops one (its broker connection was lost), and a green pool's
+    # store greenlet releases them after the resume
+    worker_state.reserved_requests.discard(dropped)
+    gate.scope = Scope.of([])
+    released = gate.release(off_loop=True)
+
+    # Then only the other goes on: the broker delivers the dropped one again
+    assert released == 1 and passed == ["kept"] and gate.held == []
+
+
+@pytest.mark.parametrize("pool", ["gevent", "eventlet"])
+def test_green_threads_are_found_only_where_the_pools_library_patched_threading(
+    pool: str,
+) -> None:
+    # Given this process, where nothing is monkey-patched
+    # Then the worker's threads are not greenlets
+    assert not threads_are_green(pool)
+
+    # When the pool's library patches everything first, as `celery worker -P <pool>` does
+    patch = {
+        "gevent": "from gevent import monkey; monkey.patch_all()",
+        "eventlet": "import eventlet; eventlet.monkey_patch()",
+    }[pool]
+    check = "from celery_pause.worker.pools import threads_are_green as green"
+    found = subprocess.run(
+        [sys.executable, "-W", "ignore", "-c", f"{patch}\n{check}\nprint(green({pool!r}))"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+
+    # Then they are, and only for that pool's name
+    assert found.stdout.strip() == "True", found.stderr
+    assert not threads_are_green("threads")

@@ -13,6 +13,7 @@ from celery_pause.errors import InvalidInput
 from celery_pause.ramp import Ramp, Share
 from celery_pause.stores import store_for
 from support.harness import Cluster, wait_for
+from support.proj import RECORD_TASK
 
 PEAK = 20.0
 """The cluster's start rate at the end of a ramp in these tests (tasks per second)."""
@@ -70,19 +71,30 @@ def test_a_ramped_resume_starts_a_trickle_then_everything_once(ramp_cluster: Clu
     assert sorted(r["id"] for r in records) == sorted(sent)
 
 
-def test_a_pause_during_a_ramp_wins_at_once(ramp_cluster: Cluster) -> None:
-    # Given a worker ramping a backlog back in over 30 s
+@pytest.mark.parametrize("pool", ["prefork", "gevent"])
+def test_a_pause_during_a_ramp_wins_at_once(ramp_cluster: Cluster, pool: str) -> None:
+    # Given a worker ramping a backlog back in over 30 s (gevent: tasks blocking on I/O),
+    # the backlog held in its gate by a pause of the task (its consumer stays)
     cluster = ramp_cluster
-    worker = cluster.worker("w1", concurrency=2)
+    concurrency = 20 if pool == "gevent" else 2
+    worker = cluster.worker("w1", concurrency=concurrency, pool=pool)
     worker.wait_applied()
-    celery_pause.pause(cluster.app, wait=True, timeout=20)
-    sent = [cluster.send(f"t{i}") for i in range(60)]
-    celery_pause.resume(cluster.app, ramp=30)
+    celery_pause.pause(cluster.app, tasks=[RECORD_TASK], wait=True, timeout=20)
+    sent = [cluster.send(f"t{i}", 0.2) for i in range(60)]
+    wait_for(lambda: worker.wait_applied().held == 60, timeout=20, what="the backlog held")
+    ramp_at = time.time()
+    result = celery_pause.resume(cluster.app, ramp=30)
     wait_for(lambda: worker.wait_applied().ramping >= 1, timeout=10, what="tasks to wait")
     cluster.wait_records(2)
+    # (the ramp lets a trickle through: at 1 s, 0.33 of PEAK * 30 s * (1/30)**2 / 2, plus
+    # the worker's first start and one second's saving)
+    wait_for(lambda: time.time() > ramp_at + 1, timeout=5, what="a second to pass")
+    (ramp,) = store_for(cluster.app).read().state.live_ramps(result.now)
+    first = cluster.started_between(ramp_at, ramp_at + 1)
+    assert len(first) <= ramp.allowance(ramp.start + 1) + 2, len(first)
 
     # When the cluster is paused during the ramp
-    celery_pause.pause(cluster.app, wait=True, timeout=20)
+    celery_pause.pause(cluster.app, tasks=[RECORD_TASK], wait=True, timeout=20)
     paused_at = time.time()
 
     # Then nothing starts, and the waiting tasks are held by the pause

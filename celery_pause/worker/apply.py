@@ -5,12 +5,14 @@ threads, gevent and eventlet pools, the pool's start of each task: see
 :mod:`.pools`), cancels and re-adds the consumers of paused queues, and hands
 held requests on at resume.
 The store thread (:mod:`.sync`) reads and reports; every change it reads is
-applied here, on the consumer loop.
+applied here, on the consumer loop (on gevent and eventlet, where that thread is
+a greenlet, it also opens the gate and hands held tasks on itself).
 """
 
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from dataclasses import replace
 from typing import Any
@@ -142,7 +144,9 @@ class ApplyStep(bootsteps.StartStopStep):
             self.consumed = list(c.app.amqp.queues.consume_from)
             generation, scope = self._initial_state()
         else:
-            generation, scope = self.applied or (-1, self.gate.scope)
+            # After a reconnect: the newest state read, which the loop may not have applied.
+            newest = self.latest[0] if self.latest is not None else None
+            generation, scope = newest or self.applied or (-1, self.gate.scope)
         # Before the first consume (and again after a reconnect): nothing runs
         # yet, so the consumers can be set to match the gate safely.
         self.apply(generation, scope)
@@ -184,7 +188,12 @@ class ApplyStep(bootsteps.StartStopStep):
 
     # -- state changes ----------------------------------------------------------------
     def _deliver(self, snapshot: Snapshot) -> None:
-        """From the sync thread: close the gate at once, apply the rest on the loop."""
+        """From the sync thread: close the gate at once, apply the rest on the loop.
+
+        On green pools (the sync thread a greenlet) it also opens the gate and hands
+        held tasks on at once, in a greenlet of their own: the ``synloop`` would only
+        get to it after its current wait for the broker.
+        """
         state, now = snapshot.state, snapshot.now
         paused = state.paused(now).for_worker(self.consumer.hostname)
         latest = (state.generation, paused)
@@ -194,7 +203,16 @@ class ApplyStep(bootsteps.StartStopStep):
             return
         self.holds = state.active_holds(now)
         self.latest = (latest, now)
-        if latest[1]:
+        if self.pool.greenlets:
+            # Greenlets switch only where they block, and nothing between the gate's
+            # check and its hold blocks: the gate opens here as safely as on the loop.
+            self.gate.scope = paused
+            self._share_ramps()
+            if self.gate.held:
+                release = threading.Thread(target=self._release, name="celery-pause-release")
+                release.daemon = True
+                release.start()
+        elif latest[1]:
             self.gate.scope = self.gate.scope | latest[1]
         self.consumer.call_soon(self._apply_latest)
 
@@ -204,6 +222,22 @@ class ApplyStep(bootsteps.StartStopStep):
         self.scheduled = state.scheduled_holds(now)
         hostname = self.consumer.hostname
         self.ramps = tuple(r for r in state.live_ramps(now) if r.scope.for_worker(hostname))
+
+    def _share_ramps(self) -> None:
+        """Give the gate this worker's share of each ramp read (kept across reads)."""
+        shares = {share.ramp.id: share for share in self.gate.ramps}
+        self.gate.ramps = tuple(shares.get(r.id) or Share(r) for r in self.ramps)
+
+    def _release(self) -> None:
+        """In a greenlet of its own: hand on the held tasks the gate lets through now.
+
+        It may wait for free slots in the pool, as the consumer would; the loop's
+        ``apply`` releases again whatever is left.
+        """
+        try:
+            self.gate.release(off_loop=True)
+        except Exception as exc:
+            logger.error("celery-pause: handing held tasks on failed (%r); the loop retries", exc)
 
     def _apply_latest(self) -> None:
         # Apply the newest state delivered, not the one this callback was queued for:
@@ -218,8 +252,7 @@ class ApplyStep(bootsteps.StartStopStep):
         c = self.consumer
         previous = self.applied[1] if self.applied else NOTHING
         self.gate.scope = scope
-        shares = {share.ramp.id: share for share in self.gate.ramps}
-        self.gate.ramps = tuple(shares.get(r.id) or Share(r) for r in self.ramps)
+        self._share_ramps()
         if c.task_consumer is not None:
             # A queue listed but not consumed yet (in start(), before the loop's first
             # consume): cancel it if paused, so that first consume fetches nothing to

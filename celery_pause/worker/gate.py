@@ -90,7 +90,8 @@ class Gate:
             self._scope = scope
 
     def __call__(self, request: Request) -> Any:
-        # On the consumer loop, where alone a scope opens: no lock needed to decide.
+        # On the consumer loop, where alone a scope opens (on green pools also the store
+        # greenlet, but greenlets switch only where they block): no lock needed to decide.
         if self.blocks(request):
             if self.drains(request):
                 self._return([request])
@@ -228,8 +229,14 @@ class Gate:
             waiting.extend(keep)
         return taken
 
-    def release(self) -> int:
-        """Pass on, in arrival order, every held request whose queue is no longer paused."""
+    def release(self, *, off_loop: bool = False) -> int:
+        """Pass on, in arrival order, every held request whose queue is no longer paused.
+
+        ``off_loop``: called in another greenlet than the consumer's (green pools), where
+        the worker may drop a request meanwhile (its broker connection was lost while
+        this waited for a pool slot): such a request is left to the broker, which
+        delivers it again.
+        """
         with self._lock:
             ready = [(req, since) for req, since in self.held if not self.blocks(req)]
             if not ready:
@@ -244,6 +251,8 @@ class Gate:
                 if self.blocks(request):
                     self._hold(request, since)
                     continue
+            if off_loop and request not in worker_state.reserved_requests:
+                continue
             self._pass(request, since)
             passed += 1
         self.counters.released += passed

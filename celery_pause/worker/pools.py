@@ -64,6 +64,9 @@ class PoolSupport:
     """Whether the pool asks the gate again at the moment it starts a task."""
     problem: str = ""
     """Why the pause cannot be guaranteed on this pool; empty when it can."""
+    greenlets: bool = False
+    """Whether every thread of the worker is a greenlet of the pool's hub (gevent or eventlet
+    with ``threading`` monkey-patched, as ``celery worker -P gevent|eventlet`` does)."""
 
 
 def pool_name(pool: Any) -> str:
@@ -92,7 +95,7 @@ def support_for(c: Consumer) -> PoolSupport:
                 f"changed: {'; '.join(missing)}. These checks were written for Celery "
                 f"{CHECKED_WITH}; use the prefork pool until celery-pause supports this version."
             )
-        return PoolSupport(name, start_check=True)
+        return PoolSupport(name, start_check=True, greenlets=threads_are_green(name))
     return PoolSupport(
         name,
         problem=(
@@ -101,6 +104,20 @@ def support_for(c: Consumer) -> PoolSupport:
             "(prefork, solo, threads, gevent and eventlet are held exactly)"
         ),
     )
+
+
+def threads_are_green(name: str) -> bool:
+    """Whether the pool ``name``'s library patched ``threading``: then the worker's threads
+    (the store thread among them) are greenlets, which switch only where they block."""
+    if name == "gevent":
+        from gevent import monkey
+
+        return bool(monkey.is_module_patched("threading"))
+    if name == "eventlet":
+        from eventlet import patcher
+
+        return bool(patcher.is_monkey_patched("thread"))
+    return False
 
 
 def _check_prefork(c: Consumer) -> None:
@@ -132,11 +149,13 @@ def _check_prefork(c: Consumer) -> None:
 def shorten_synloop_wait(c: Consumer, support: PoolSupport, wait: float) -> None:
     """On green pools, let the consumer loop run handed-over work within ``wait`` seconds.
 
-    Their ``synloop`` runs ``call_soon`` callbacks (applying a pause, releasing
-    held tasks) only between two ``connection.drain_events(timeout=2.0)`` calls,
-    so an idle worker would apply a change up to 2 s late; it waits for the broker
-    in slices of ``wait`` (``pause_green_loop_wait``) instead. ``c.connection`` is
-    a new object after every reconnect.
+    Their ``synloop`` runs ``call_soon`` callbacks (matching the consumers to a
+    change, reporting it applied) only between two
+    ``connection.drain_events(timeout=2.0)`` calls, so an idle worker would apply a
+    change up to 2 s late; it waits for the broker in slices of ``wait``
+    (``pause_green_loop_wait``) instead. Held tasks do not wait for it: the store
+    greenlet hands them on (see ``ApplyStep._deliver``). ``c.connection`` is a new
+    object after every reconnect.
     """
     connection = getattr(c, "connection", None)
     if support.name not in GREEN or c.hub is not None or connection is None:
