@@ -12,11 +12,14 @@ from pathlib import Path
 import pytest
 
 import celery_pause
+from celery_pause.settings import DEFAULTS
 from celery_pause.state import format_time
 from support.harness import REDIS_BROKER, Cluster, Worker, wait_for
+from support.proj import RECORD_TASK
 
 from .webclient import call, metric, probe_url, refuses_connections
 
+PEAK_DEFAULT = DEFAULTS["pause_ramp_peak"]
 WARNING = re.compile(r"WARNING/MainProcess\] celery-pause: .* paused for ")
 
 
@@ -181,3 +184,36 @@ def test_a_port_in_use_is_logged_and_the_worker_still_pauses(
             cluster.wait_records(1)
         finally:
             cluster.close()
+
+
+def test_metrics_and_readiness_during_a_ramped_resume(observed: Cluster) -> None:
+    # Given a worker holding a backlog of one task, paused by name
+    worker = observed.worker("w1")
+    worker.wait_applied()
+    base = probe_url(worker)
+    celery_pause.pause(observed.app, tasks=[RECORD_TASK], wait=True, timeout=20)
+    sent = [observed.send(f"t{i}") for i in range(12)]
+    wait_for(lambda: worker.wait_applied().held == 12, timeout=20, what="the backlog held")
+
+    # When it is resumed over a minute
+    result = celery_pause.resume(observed.app, ramp=60)
+    assert result.ramp is not None
+
+    # Then the worker is ready, and its metrics show the ramp and the tasks waiting for it
+    def ramping_metrics() -> str | None:
+        text = metrics_of(base)
+        return text if metric(text, "celery_pause_ramp_progress") is not None else None
+
+    text = wait_for(ramping_metrics, timeout=10, what="the ramp in the metrics")
+    labels = {"source": "manual", "ramp": result.ramp.id}
+    assert 0 <= (metric(text, "celery_pause_ramp_progress", **labels) or -1) < 0.5
+    assert 0 <= (metric(text, "celery_pause_ramp_rate", **labels) or -1) < PEAK_DEFAULT / 2
+    assert 1 <= (metric(text, "celery_pause_ramp_waiting") or 0) < 12
+    assert metric(text, "celery_pause_gate_holding") == 0
+    assert call(base + "/readyz").status == 200
+
+    # And a plain resume after a pause lets the rest run at once, each exactly once
+    celery_pause.pause(observed.app, tasks=[RECORD_TASK], wait=True, timeout=20)
+    celery_pause.resume(observed.app)
+    records = observed.wait_records(len(sent), timeout=20)
+    assert sorted(r["id"] for r in records) == sorted(sent)
