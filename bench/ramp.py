@@ -242,7 +242,7 @@ def table(raw: dict[str, Any], found: dict[str, Any]) -> str:
     s, first, ahead = raw["settings"], found["first_second"], found["ahead"]
     rows = [
         ("starts in the first second", first["ramped"], first["plain"],
-         f"curve {first['allowance']:g} (+1 per worker at once)"),
+         f"curve {first['allowance']:g} (+ under 1 per worker: its phase)"),
         ("starts during the ramp", found["during_ramp"]["starts"], "",
          f"allowance {found['during_ramp']['allowance']:g}"),
         ("furthest ahead of the curve (starts)", ahead["max_starts"], "",

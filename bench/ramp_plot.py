@@ -104,7 +104,7 @@ def plot(raw: dict[str, Any], found: dict[str, Any], path: Path) -> None:
         [a + n for a in allowance],
         color="#c44e52",
         alpha=0.15,
-        label=f"curve + 1 start per worker ({n})",
+        label=f"curve + under 1 start per worker, its phase ({n})",
     )
     total.plot(curve_t, allowance, color="#c44e52", lw=2, label="ideal: Ramp.allowance(t)")
     count = range(1, len(ramped["t"]) + 1)
@@ -140,7 +140,7 @@ def plot(raw: dict[str, Any], found: dict[str, Any], path: Path) -> None:
     ahead_ax.text(
         0.99,
         0.96,
-        f"dotted: +{n}, one start per worker\n"
+        f"dotted: +{n}, under one start per worker (its phase)\n"
         f"{groups['count']} groups of starts, median size {groups['median_size']:g}, "
         f"each within {groups['max_spread_ms']:g} ms",
         transform=ahead_ax.transAxes,

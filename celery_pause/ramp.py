@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import math
 import uuid
+import zlib
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -122,9 +123,20 @@ def _scope(rules: Any) -> Scope:
     return Scope(frozenset(rule_from_json(rule) for rule in rules))
 
 
+def phase_of(hostname: str) -> float:
+    """A worker's fixed phase in (0, 1]: where in each step of its share it starts a task.
+
+    Taken from a hash of its name, so that workers sharing a ramp do not all start at the
+    same moments (each share alone would start its k-th task when the curve reaches the
+    same point on every worker).
+    """
+    return (zlib.crc32(hostname.encode()) % 1000 + 1) / 1000
+
+
 class Share:
     """One worker's share of a ramp's rate: a token bucket that refills along the curve.
 
+    The worker's k-th start is due once its share of the curve reaches ``k - phase``.
     Unused starts carry over for at most one second's worth of the current rate, so a
     worker that had nothing to start does not burst later.
     """
@@ -132,15 +144,16 @@ class Share:
     BURST = 1.0
     """Seconds of the current rate a worker may save up."""
 
-    def __init__(self, ramp: Ramp) -> None:
+    def __init__(self, ramp: Ramp, phase: float = 1.0) -> None:
         self.ramp = ramp
         self.share = 1.0 / ramp.sharers
+        self.phase = phase
         self.used = 0.0
         """Starts counted against the share (its own, plus allowance it let lapse)."""
 
     def allowed(self, now: float) -> float:
-        """Starts this worker may have made by ``now``: its share of the curve, plus one."""
-        return self.ramp.allowance(now) * self.share + 1
+        """Starts this worker may have made by ``now``: its share of the curve, plus its phase."""
+        return self.ramp.allowance(now) * self.share + self.phase
 
     def take(self, now: float) -> bool:
         """Whether one task may start at store time ``now`` (counted if so)."""
@@ -156,4 +169,4 @@ class Share:
 
     def next_start(self) -> float:
         """The store time the next task may start."""
-        return self.ramp.when_allowed(self.used / self.share)
+        return self.ramp.when_allowed((self.used + 1 - self.phase) / self.share)

@@ -10,7 +10,7 @@ import pytest
 
 import celery_pause
 from celery_pause.errors import InvalidInput
-from celery_pause.ramp import Ramp, Share
+from celery_pause.ramp import Ramp, Share, phase_of
 from celery_pause.stores import store_for
 from support.harness import Cluster, wait_for
 from support.proj import RECORD_TASK
@@ -133,8 +133,8 @@ def test_a_worker_share_follows_the_curve_and_saves_at_most_a_second() -> None:
     from celery_pause.scope import EVERYTHING
 
     ramp = Ramp(EVERYTHING, start=1000.0, duration=10.0, peak=100.0, sharers=4)
-    share = Share(ramp)
-    assert share.take(1000.0) and not share.take(1000.0)  # one start at once, then the curve
+    share = Share(ramp)  # phase 1: one start at once, then along the curve
+    assert share.take(1000.0) and not share.take(1000.0)
     taken = [t for t in (1000 + i / 100 for i in range(1000)) if share.take(t)]
     assert len(taken) == pytest.approx(ramp.allowance(1009.99) / 4, abs=2)
     # Idle for the second half of a ramp, a worker may burst one second's worth at most
@@ -144,3 +144,25 @@ def test_a_worker_share_follows_the_curve_and_saves_at_most_a_second() -> None:
         burst += 1
     assert burst <= max(1.0, ramp.rate(1005.0) / 4) + 1
     assert Share(ramp).take(1010.0) and ramp.rate(1010.0) == float("inf")
+
+
+def test_phases_spread_the_workers_starts_and_keep_the_cluster_on_the_curve() -> None:
+    from celery_pause.scope import EVERYTHING
+
+    ramp = Ramp(EVERYTHING, start=0.0, duration=20.0, peak=40.0, sharers=20)
+    shares = [Share(ramp, phase_of(f"w{i}@host")) for i in range(20)]
+    assert len({share.phase for share in shares}) == 20
+    assert all(0 < share.phase <= 1 for share in shares)
+    starts: list[float] = []
+    for tick in range(2000):  # the ramp's 20 s, in steps of 10 ms
+        now = tick / 100
+        for share in shares:
+            while share.take(now):
+                starts.append(now)
+            assert share.next_start() > now
+    # Never more than a few ahead of the curve, and never all at once
+    for count, at in enumerate(starts, start=1):
+        assert count <= ramp.allowance(at) + 3, (count, at)
+    assert len(starts) >= ramp.allowance(19.99) - 2
+    assert max(starts.count(at) for at in set(starts)) <= 3
+    assert sum(1 for at in starts if at < 1) <= 3

@@ -25,7 +25,7 @@ from .. import (
     control,  # noqa: F401  (registers the pause_refresh command)
     signals,
 )
-from ..ramp import Ramp, Share
+from ..ramp import Ramp, Share, phase_of
 from ..routing import QueueResolver
 from ..scope import EVERYTHING, NOTHING, Scope
 from ..settings import config_for
@@ -99,6 +99,7 @@ class ApplyStep(bootsteps.StartStopStep):
             return_expired=self._schedule_return,
             pump=self._schedule_pump,
         )
+        self.gate.on_wait = self.sync.publish_now  # wakes it to time the next start
         self._return_scheduled = False
         self._pump_scheduled = False
 
@@ -226,7 +227,8 @@ class ApplyStep(bootsteps.StartStopStep):
     def _share_ramps(self) -> None:
         """Give the gate this worker's share of each ramp read (kept across reads)."""
         shares = {share.ramp.id: share for share in self.gate.ramps}
-        self.gate.ramps = tuple(shares.get(r.id) or Share(r) for r in self.ramps)
+        phase = phase_of(self.consumer.hostname)
+        self.gate.ramps = tuple(shares.get(r.id) or Share(r, phase) for r in self.ramps)
 
     def _release(self) -> None:
         """In a greenlet of its own: hand on the held tasks the gate lets through now.

@@ -78,6 +78,8 @@ class Gate:
         """Requests let through by the pause, waiting for their ramp, in arrival order."""
         self.clock: Callable[[], float] = time.time
         """The store's clock, as this worker estimates it."""
+        self.on_wait: Callable[[], None] = lambda: None
+        """Called when a request starts waiting for its ramp and none waited before."""
 
     @property
     def scope(self) -> Scope:
@@ -105,6 +107,8 @@ class Gate:
         """Hand ``request`` to the pool, or have it wait for its ramp."""
         if self.ramps and (self.waiting or not self._ramp_allows(request)):
             self.waiting.append((request, since))
+            if len(self.waiting) == 1:
+                self.on_wait()
             return None
         return self._handler(request)
 
