@@ -17,7 +17,7 @@ from .errors import AlreadyPaused, InvalidInput, PauseTimeout
 from .formatting import format_time
 from .history import CANCEL, RESUME, pause_entry, record, resume_entry
 from .lifting import Lifted, lift_hold, lift_scope, lifted_scope
-from .ramp import Ramp
+from .ramp import Ramp, count_sharers
 from .report import WorkerReport
 from .results import ClusterStatus, PauseResult, ResumeResult
 from .scope import NOTHING, Rule, Scope
@@ -225,7 +225,7 @@ def resume(
             start=now,
             duration=seconds,
             peak=config.ramp_peak,
-            sharers=max(1, sum(1 for host in hosts if resumed.for_worker(host))),
+            sharers=count_sharers(resumed, hosts),
             by=by,
         )
         recorded[:] = [ramp]

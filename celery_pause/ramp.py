@@ -16,6 +16,7 @@ from __future__ import annotations
 import math
 import uuid
 import zlib
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -115,6 +116,12 @@ class Ramp:
             by=optional_str(data.get("by")),
             id=require_str(data["id"]),
         )
+
+
+def count_sharers(scope: Scope, hosts: Iterable[str]) -> int:
+    """How many of the live workers ``hosts`` a ramp on ``scope`` applies to (at least one):
+    they share its rate."""
+    return max(1, sum(1 for host in hosts if scope.for_worker(host)))
 
 
 def _scope(rules: Any) -> Scope:

@@ -198,6 +198,10 @@ class PauseState:
         )
         return replace(self, ramps=(*kept, ramp))
 
+    def without_ramps(self, source: str) -> PauseState:
+        """The same generation without the ramps ``source`` started."""
+        return replace(self, ramps=tuple(r for r in self.ramps if r.source != source))
+
     def skipped_until(self, window: str) -> float | None:
         """Until when the occurrences of ``window`` are skipped, if an operator skipped one."""
         return dict(self.skips).get(window)

@@ -22,7 +22,9 @@ import redis
 
 import celery_pause
 from celery_pause.breaker.status import BreakerStatus
+from celery_pause.ramp import Ramp
 from celery_pause.scope import Scope
+from celery_pause.stores import store_for
 from support.breaker_proj import AUTORETRY_TASK, CHARGE_TASK, DEPENDENCY_URL, keys
 from support.harness import AMQP_BROKER, REDIS_BROKER, Cluster, Worker, wait_for
 
@@ -102,15 +104,16 @@ class World:
 
 @pytest.fixture
 def make_world(tmp_path: Path) -> Iterator[Any]:
-    """Makes a world on a broker with the breaker options given (on the default queue)."""
+    """Makes a world on a broker with the breaker options given (on the default queue),
+    and the app settings ``conf``."""
     clusters: list[Cluster] = []
 
-    def make(broker: str, **breaker: Any) -> World:
+    def make(broker: str, conf: dict[str, Any] | None = None, **breaker: Any) -> World:
         require("Redis", "127.0.0.1", 6379)
         if broker == AMQP_BROKER:
             require("RabbitMQ", "127.0.0.1", 5672)
         options = {"name": "dep", "queues": ["default"], **breaker}
-        cluster = Cluster(broker=broker, tmp=tmp_path, test_breaker=options)
+        cluster = Cluster(broker=broker, tmp=tmp_path, test_breaker=options, **(conf or {}))
         clusters.append(cluster)
         return World(cluster)
 
@@ -467,3 +470,92 @@ def test_a_breaker_without_queues_pauses_its_tasks_and_not_its_queue(make_world:
     world.dependency("up")
     world.wait_state("closed")
     world.wait_all_done()
+
+
+def breaker_ramp(world: World) -> Ramp | None:
+    ramps = store_for(world.app).read().state.ramps
+    return next((ramp for ramp in ramps if ramp.source == "breaker:dep"), None)
+
+
+def test_a_breaker_with_a_ramp_closes_gradually_and_one_failure_in_it_reopens_it(
+    make_world: Any,
+) -> None:
+    # Given two workers, a breaker that closes over a 10 s ramp to 20 tasks/s, and a
+    # dependency that is down
+    fail_max, peak = 4, 20.0
+    world = make_world(
+        REDIS_BROKER,
+        conf={"pause_ramp_peak": peak},
+        probe=True,
+        fail_max=fail_max,
+        window=30,
+        reset_timeout=1,
+        max_reset_timeout=2,
+        requeue_delay=1,
+        ramp=10,
+    )
+    world.dependency("down")
+    workers = [world.cluster.worker(f"w{i}", concurrency=4) for i in (1, 2)]
+    for worker in workers:
+        worker.wait_applied()
+    world.send(fail_max + 2, duration=0.05, tag="f")
+    world.wait_state("open")
+    world.wait_paused_everywhere(workers)
+    (hold,) = world.breaker_holds()
+    # ... and a backlog in its paused queue
+    world.send(80, duration=0.05, tag="b")
+
+    # When the dependency is back and the probe closes the breaker
+    world.dependency("up")
+    ramp = wait_for(lambda: breaker_ramp(world), timeout=DEADLINE, what="the breaker's ramp")
+    record = world.record()
+
+    # Then its hold went in the same update that recorded the ramp on the hold's scope,
+    # shared by both workers, and its status says it ramps
+    assert record["state"] == "closed" and not world.breaker_holds()
+    assert ramp.scope == hold.scope and ramp.sharers == 2
+    assert (ramp.start, ramp.end, ramp.peak) == (record["closed_at"], record["ramp_until"], peak)
+    status = world.breaker()
+    assert status.state == "closed" and status.ramp_until == ramp.end
+    assert "ramping until" in status.describe()
+    # ... and the backlog's first second starts only a trickle, then follows the curve
+    wait_for(
+        lambda: started_between(world.runs(), ramp.start + 2, float("inf")),
+        timeout=DEADLINE,
+        what="tasks to start in the ramp's third second",
+    )
+    ramped = sorted(r["started"] for r in started_between(world.runs(), ramp.start, ramp.end))
+    first = [t for t in ramped if t < ramp.start + 1]
+    assert 1 <= len(first) <= ramp.allowance(ramp.start + 1) + 5, first
+    for count, started in enumerate(ramped, start=1):
+        slack = 2 * (1 + max(1.0, ramp.rate(started) / 2)) + 1
+        assert count <= ramp.allowance(started) + slack, (count, started - ramp.start)
+
+    # When the dependency fails again during the ramp
+    world.dependency("down")
+    down_at = time.time()
+    reopened = wait_for(
+        lambda: [h for h in world.breaker_holds() if h.id != hold.id],
+        timeout=DEADLINE,
+        what="the breaker's hold again",
+    )
+    paused_at = world.wait_paused_everywhere(workers)
+
+    # Then the first counted failure re-opened it, well before fail_max, and the hold
+    # replaced the ramp: nothing more starts
+    record = world.record()
+    assert record["opened_at"] >= down_at and record["opened_at"] < ramp.end
+    assert record["failures"] < fail_max and record["ramp_until"] is None
+    assert "during its ramp" in (reopened[0].reason or "")
+    assert breaker_ramp(world) is None and world.breaker().ramp_until is None
+    stays_quiet(world, paused_at, 1.0)
+
+    # And once the dependency is back, it closes (ramping again) and every task completes
+    world.dependency("up")
+    wait_for(lambda: breaker_ramp(world), timeout=DEADLINE, what="a second ramp")
+    ok = world.wait_all_done()
+    assert sorted(r["id"] for r in ok) == sorted(world.sent)
+    print(
+        f"\nstarts in the ramp's first second: {len(first)}; failures at re-open: "
+        f"{record['failures']}"
+    )

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 import pytest
 
 from celery_pause import CircuitBreaker, InvalidInput
@@ -163,6 +165,12 @@ def test_json_round_trip_keeps_unknown_fields_and_rejects_garbage() -> None:
         ({"reset_timeout": 30, "max_reset_timeout": 10}, "max_reset_timeout"),
         ({"backoff_factor": 0.5}, "backoff_factor"),
         ({"max_requeues": 0}, "max_requeues"),
+        ({"ramp": 0}, "ramp must be positive and at most a day"),
+        ({"ramp": -5}, "ramp must be positive"),
+        ({"ramp": 86401}, "ramp must be positive and at most a day"),
+        ({"ramp": float("nan")}, "ramp must be positive"),
+        ({"ramp": "10m"}, "ramp must be a number of seconds"),
+        ({"ramp": True}, "ramp must be a number of seconds"),
     ],
 )
 def test_bad_options_are_refused_clearly(options: dict[str, object], message: str) -> None:
@@ -179,4 +187,35 @@ def test_names_are_checked_and_defaults_are_documented_values() -> None:
     assert breaker.queues is None and breaker.source == "breaker:payments-api"
     assert (breaker.half_open_trials, breaker.success_threshold) == (1, 1)
     assert breaker.max_reset_timeout == 300.0
+    assert breaker.ramp is None
+    assert CircuitBreaker("dep", ramp=timedelta(minutes=2)).ramp == 120.0
+    assert CircuitBreaker("dep", ramp=86400).ramp == 86400.0
     assert breaker.counts(ConnectionRefusedError()) and not breaker.counts(ValueError())
+
+
+def test_a_ramped_close_reopens_at_one_failure_until_the_ramp_ends() -> None:
+    # Given a breaker that closed at 121 with a 30 s ramp
+    closed = half_open().succeed(1, "probe:1", 1, 121.0, ramp=30.0)
+    assert closed is not None and closed.state == CLOSED
+    assert closed.ramp_until == 151.0 and closed.ramping(150.9) and not closed.ramping(151.0)
+    assert BreakerRecord.from_json("dep", closed.to_json()) == closed
+
+    # Then one failure during the ramp re-opens it, with a fresh hold and no ramp left
+    reopened = closed.trip(130.0, 1, "ConnectionError()", POLICY, "h2")
+    assert reopened is not None and reopened.state == OPEN
+    assert (reopened.hold_id, reopened.failures, reopened.ramp_until) == ("h2", 1, None)
+    assert not reopened.ramping(131.0)
+    # ... while after it, fail_max failures are needed again
+    assert closed.trip(151.0, 2, "e", POLICY, "h2") is None
+    assert closed.trip(151.0, 3, "e", POLICY, "h2") is not None
+
+
+def test_an_operators_forced_close_and_a_plain_close_do_not_ramp() -> None:
+    placed = half_open().placed("h1")
+    assert placed is not None
+    forced = placed.forced_close("h1", 120.0)
+    plain = half_open().succeed(1, "probe:1", 1, 121.0)
+
+    assert forced is not None and plain is not None
+    assert forced.ramp_until is None and plain.ramp_until is None
+    assert forced.trip(121.0, 1, "e", POLICY, "h2") is None

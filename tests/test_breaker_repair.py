@@ -152,3 +152,48 @@ def test_an_unreadable_record_shows_as_such_and_reset_clears_it(app: Celery) -> 
     # When the breaker is reset, it is closed and its hold is gone
     breaker.reset(app)
     assert celery_pause.breaker_status(app, breaker).state == "closed" and holds(app) == []
+
+
+def test_a_ramped_close_starts_its_ramp_with_the_hold_removed_and_a_trip_ends_it(
+    app: Celery,
+) -> None:
+    # Given a breaker with a 60 s ramp whose closer died after closing its record,
+    # before removing its hold
+    breaker = celery_pause.CircuitBreaker("dep", queues=["payments"], ramp=60)
+    tripped(app, breaker)
+    agent = agent_for(app, breaker)
+    agent.reconcile(breaker)
+    store = store_for(app)
+    closed, _ = breaker.change(store, lambda rec, now: rec.close(now, breaker.ramp))
+    generation = store.read().state.generation
+
+    # When a worker looks at it
+    agent.reconcile(breaker)
+
+    # Then one update removed the hold and recorded the ramp on the hold's scope
+    state = store.read().state
+    (ramp,) = state.ramps
+    assert state.generation == generation + 1 and holds(app) == []
+    assert (ramp.source, ramp.scope.describe()) == ("breaker:dep", "queue payments")
+    assert (ramp.start, ramp.end, ramp.sharers, ramp.peak) == (
+        closed.closed_at,
+        closed.ramp_until,
+        1,
+        100.0,
+    )
+    status = celery_pause.breaker_status(app, breaker)
+    assert status.state == "closed" and status.ramp_until == closed.ramp_until
+    assert "ramping until" in status.describe() and status.to_json()["ramp_until"]
+
+    # When one failure during the ramp trips it, and its hold is placed
+    record, _ = breaker.change(
+        store, lambda rec, now: rec.trip(now, 1, "ConnectionError()", breaker.policy, "h2")
+    )
+    assert record.state == OPEN
+    breaker.place_hold(app, store, record, paused_by="w1@test")
+
+    # Then the hold is back and the ramp gone, so a forced resume would not revive it
+    (hold,) = holds(app)
+    assert hold.id == "h2" and "during its ramp" in (hold.reason or "")
+    assert store.read().state.ramps == ()
+    assert celery_pause.breaker_status(app, breaker).ramp_until is None

@@ -11,7 +11,7 @@ new period.
 The agent also repairs what an interrupted writer left behind: it puts back the
 hold of an open breaker whose tripper died before placing it, closes a breaker
 whose hold an operator removed (``resume --force``), and removes the hold of a
-breaker that closed.
+breaker that closed (starting the ramp it closed with, if its closer did not).
 """
 
 from __future__ import annotations
@@ -148,7 +148,8 @@ class BreakerAgent(threading.Thread):
             if hold.source == breaker.source and (
                 record.state == CLOSED or hold.id != record.hold_id
             ):
-                breaker.drop_hold(self.app, store, hold.id)
+                closed = record if record.state == CLOSED else None
+                breaker.drop_hold(self.app, store, hold.id, closed=closed)
         hold_id = record.hold_id
         if record.state == CLOSED or hold_id is None:
             return record
@@ -264,7 +265,7 @@ class BreakerAgent(threading.Thread):
         if ok:
             key = f"probe:{mine.number}"
             record, changed = breaker.change(
-                store, lambda rec, now: rec.succeed(mine.number, key, 1, now)
+                store, lambda rec, now: rec.succeed(mine.number, key, 1, now, breaker.ramp)
             )
             if changed and record.state == CLOSED:
                 logger.warning("celery-pause: circuit %s: probe passed", breaker.name)

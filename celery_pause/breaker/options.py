@@ -15,7 +15,10 @@ with a counted exception is published again to its own queue, unchanged (same
 id, arguments and retry count), so it runs once the breaker closes. The worker
 side (:mod:`celery_pause.breaker.agent`) runs the half-open period: one worker
 holds the probe lease, runs the probe or lets a bounded number of trial tasks
-through, and the outcome closes or re-opens the breaker.
+through, and the outcome closes or re-opens the breaker. With ``ramp`` the
+breaker closes gradually: removing its hold starts a ramped resume of the hold's
+scope (:mod:`celery_pause.ramp`), and a counted failure while that ramp lasts
+re-opens it at once.
 
 This module holds the options and the operations on the breaker's record and
 hold, used from every place a breaker's code runs.
@@ -26,16 +29,20 @@ from __future__ import annotations
 import logging
 import re
 from collections.abc import Callable, Iterable
+from datetime import timedelta
 from typing import Any
 
 from celery import Celery
 
 from ..control import notify_workers
 from ..errors import InvalidInput, StoreError
+from ..formatting import format_time
+from ..ramp import count_sharers
 from ..scope import Scope
+from ..settings import config_for
 from ..state import BREAKER_PREFIX, Hold, PauseState
 from ..stores import Store, store_for
-from ..validation import check_queues
+from ..validation import check_queues, check_ramp
 from .record import CLOSED, BreakerRecord, Policy
 
 logger = logging.getLogger(__name__)
@@ -73,6 +80,10 @@ class CircuitBreaker:
     - ``requeue_delay`` (5): countdown of a counted failure re-published into a
       queue the breaker does not (yet) pause; ``max_requeues`` (10) such
       re-publishes of one task, after which its failure takes its normal course.
+    - ``ramp`` (None): seconds (or a timedelta, at most a day) to close over: when
+      it closes, its tasks' start rate rises from a trickle to ``pause_ramp_peak``
+      per second over that time, as with ``resume(ramp=...)``, and one counted
+      failure before the ramp ends re-opens it at once. A forced resume does not ramp.
     """
 
     def __init__(
@@ -94,6 +105,7 @@ class CircuitBreaker:
         trial_timeout: float = 300.0,
         requeue_delay: float = 5.0,
         max_requeues: int | None = 10,
+        ramp: timedelta | float | None = None,
     ) -> None:
         if not isinstance(name, str) or not NAME.match(name):
             raise InvalidInput(
@@ -132,6 +144,7 @@ class CircuitBreaker:
         if max_requeues is not None:
             max_requeues = _count("max_requeues", max_requeues)
         self.max_requeues = max_requeues
+        self.ramp = check_ramp(ramp)
         self.policy = Policy(
             fail_max=self.fail_max,
             window=self.window,
@@ -167,7 +180,10 @@ class CircuitBreaker:
 
         def drop(state: PauseState, now: float) -> PauseState | None:
             kept = [hold for hold in state.holds if hold.source != self.source]
-            return None if len(kept) == len(state.holds) else state.with_holds(kept)
+            ramps = any(ramp.source == self.source for ramp in state.ramps)
+            if len(kept) == len(state.holds) and not ramps:
+                return None
+            return state.with_holds(kept).without_ramps(self.source)
 
         _, changed = store.update(drop)
         store.delete_record(self.key)
@@ -223,8 +239,9 @@ class CircuitBreaker:
         hold_id = record.hold_id
         if hold_id is None:
             return
+        during = " during its ramp" if record.failures < self.fail_max else ""
         reason = (
-            f"circuit {self.name} open: {record.failures} failures in {self.window:g}s; "
+            f"circuit {self.name} open: {record.failures} failures in {self.window:g}s{during}; "
             f"last: {record.last_error}"
         )
 
@@ -241,7 +258,8 @@ class CircuitBreaker:
                 paused_at=now,
                 id=hold_id,
             )
-            return state.with_holds([*state.live_holds(now), hold])
+            # The pause wins over a ramp anyway; dropped, a forced resume cannot revive it.
+            return state.with_holds([*state.live_holds(now), hold]).without_ramps(self.source)
 
         _, added = store.update(add)
         self.change(store, lambda rec, now: rec.placed(hold_id))
@@ -249,24 +267,41 @@ class CircuitBreaker:
             notify_workers(app)
             logger.warning("celery-pause: %s", reason)
 
-    def drop_hold(self, app: Celery, store: Store, hold_id: str) -> None:
-        """Remove this breaker's hold ``hold_id``, and no other hold."""
+    def drop_hold(
+        self, app: Celery, store: Store, hold_id: str, closed: BreakerRecord | None = None
+    ) -> None:
+        """Remove this breaker's hold ``hold_id``, and no other hold. With ``closed``, the
+        record of the close that ended the hold's period, the same update starts the ramp
+        the breaker closed with (if any) on the hold's scope."""
+        ramping = closed if closed and closed.hold_id == hold_id and closed.ramp_until else None
+        config = config_for(app)
+        reports = store.live_reports(config.worker_ttl, store.now()) if ramping else []
+        hosts = [report.hostname for report in reports]
 
         def drop(state: PauseState, now: float) -> PauseState | None:
-            kept = [hold for hold in state.holds if hold.id != hold_id]
-            return None if len(kept) == len(state.holds) else state.with_holds(kept)
+            dropped = [hold for hold in state.holds if hold.id == hold_id]
+            if not dropped:
+                return None
+            following = state.with_holds(h for h in state.holds if h.id != hold_id)
+            scope = dropped[0].scope
+            ramp = ramping and ramping.ramp_on(
+                scope, config.ramp_peak, count_sharers(scope, hosts), self.source
+            )
+            return following.with_ramp(ramp, now) if ramp and ramp.live(now) else following
 
         _, dropped = store.update(drop)
         if dropped:
             notify_workers(app)
 
     def after_close(self, app: Celery, store: Store, record: BreakerRecord) -> None:
-        """Once the record is closed: remove its hold and start counting afresh."""
+        """Once the record is closed: remove its hold (starting its ramp, if it closed with
+        one) and start counting afresh."""
         if record.hold_id is not None:
-            self.drop_hold(app, store, record.hold_id)
+            self.drop_hold(app, store, record.hold_id, closed=record)
         store.clear_events(self.key)
         self.last_read = None
-        logger.warning("celery-pause: circuit %s closed; its queues flow again", self.name)
+        ramp = f", ramping up until {format_time(record.ramp_until)}" if record.ramp_until else ""
+        logger.warning("celery-pause: circuit %s closed; its queues flow again%s", self.name, ramp)
 
     def check_forced_resume(
         self, store: Store, record: BreakerRecord

@@ -4,9 +4,9 @@ Every transition is a pure function of the record and the store's clock, returni
 the next record or ``None`` when it does not apply; the store runs it atomically
 (:meth:`Store.update_record`), so concurrent workers agree on one outcome.
 
-    closed --(fail_max failures in window)--> open
+    closed --(fail_max failures in window, or one while its ramp lasts)--> open
     open --(reset_timeout passed, lease taken)--> half-open (a new period)
-    half-open --(success_threshold successes)--> closed
+    half-open --(success_threshold successes)--> closed (ramping, with a ``ramp``)
     half-open --(a counted failure)--> open, reset_timeout grown by backoff_factor
     open/half-open --(its hold removed by an operator)--> closed
 """
@@ -17,6 +17,8 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from ..jsonfields import optional_str, require_str
+from ..ramp import Ramp
+from ..scope import Scope
 
 CLOSED = "closed"
 OPEN = "open"
@@ -61,6 +63,8 @@ class BreakerRecord:
     trials: tuple[str, ...] = ()
     succeeded: tuple[str, ...] = ()
     closed_at: float | None = None
+    ramp_until: float | None = None
+    """End of the ramp the breaker closed with, if any; a failure before it re-opens it."""
     fail_max: int = 0
     window: float = 0.0
     queues: tuple[str, ...] | None = None
@@ -71,8 +75,9 @@ class BreakerRecord:
     def trip(
         self, now: float, count: int, error: str, policy: Policy, hold_id: str
     ) -> BreakerRecord | None:
-        """Open if closed and ``count`` failures reached ``fail_max``."""
-        if self.state != CLOSED or count < policy.fail_max:
+        """Open if closed and ``count`` failures reached ``fail_max``, or at once while
+        the breaker's ramp lasts."""
+        if self.state != CLOSED or (count < policy.fail_max and not self.ramping(now)):
             return None
         return replace(
             self,
@@ -88,6 +93,7 @@ class BreakerRecord:
             half_open_at=None,
             trials=(),
             succeeded=(),
+            ramp_until=None,
         )
 
     def placed(self, hold_id: str) -> BreakerRecord | None:
@@ -124,9 +130,11 @@ class BreakerRecord:
             return None
         return replace(self, trials=(*self.trials, task_id))
 
-    def succeed(self, period: int, key: str, threshold: int, now: float) -> BreakerRecord | None:
+    def succeed(
+        self, period: int, key: str, threshold: int, now: float, ramp: float | None = None
+    ) -> BreakerRecord | None:
         """Count success ``key`` (a trial's task id, or a probe's) in ``period``;
-        close at ``threshold`` successes."""
+        close at ``threshold`` successes, ramping over ``ramp`` seconds if given."""
         if not self._runs(period) or key in self.succeeded:
             return None
         if not key.startswith("probe:") and key not in self.trials:
@@ -134,7 +142,7 @@ class BreakerRecord:
         succeeded = (*self.succeeded, key)
         if len(succeeded) < threshold:
             return replace(self, succeeded=succeeded)
-        return self.close(now)
+        return self.close(now, ramp)
 
     def fail(
         self, period: int, now: float, error: str, policy: Policy, key: str | None = None
@@ -159,9 +167,10 @@ class BreakerRecord:
             succeeded=(),
         )
 
-    def close(self, now: float) -> BreakerRecord:
-        """Closed, with the timeout back to its configured value; ``hold_id`` is kept
-        so that a hold left behind by an interrupted close can be recognised."""
+    def close(self, now: float, ramp: float | None = None) -> BreakerRecord:
+        """Closed, with the timeout back to its configured value, ramping over ``ramp``
+        seconds if given; ``hold_id`` is kept so that a hold left behind by an interrupted
+        close can be recognised."""
         return replace(
             self,
             state=CLOSED,
@@ -173,6 +182,7 @@ class BreakerRecord:
             trials=(),
             succeeded=(),
             closed_at=now,
+            ramp_until=None if ramp is None else now + ramp,
         )
 
     def forced_close(self, hold_id: str, now: float) -> BreakerRecord | None:
@@ -180,6 +190,17 @@ class BreakerRecord:
         if self.state == CLOSED or self.hold_id != hold_id:
             return None
         return self.close(now)
+
+    def ramping(self, now: float) -> bool:
+        """Whether the breaker is closed and the ramp it closed with still lasts at ``now``."""
+        return self.state == CLOSED and self.ramp_until is not None and now < self.ramp_until
+
+    def ramp_on(self, scope: Scope, peak: float, sharers: int, source: str) -> Ramp | None:
+        """The ramp on ``scope`` that this close started, if it closed with one."""
+        if self.state != CLOSED or self.ramp_until is None or self.closed_at is None:
+            return None
+        duration = self.ramp_until - self.closed_at
+        return Ramp(scope, self.closed_at, duration, peak, sharers=sharers, source=source)
 
     def with_policy(self, policy: Policy) -> BreakerRecord:
         """The record carrying the breaker's settings, for status readers."""
@@ -224,6 +245,7 @@ class BreakerRecord:
                 trials=tuple(require_str(t) for t in data.get("trials", ())),
                 succeeded=tuple(require_str(t) for t in data.get("succeeded", ())),
                 closed_at=_opt_float(data.get("closed_at")),
+                ramp_until=_opt_float(data.get("ramp_until")),
                 fail_max=int(data.get("fail_max", 0)),
                 window=float(data.get("window", 0.0)),
                 queues=None if queues is None else tuple(require_str(q) for q in queues),

@@ -33,6 +33,8 @@ class BreakerStatus:
     period: int = 0
     queues: tuple[str, ...] | None = None
     hold_id: str | None = None
+    ramp_until: float | None = None
+    """While it closes with a ramp: when the ramp ends (a failure before re-opens it)."""
     now: float = 0.0
 
     def to_json(self) -> dict[str, Any]:
@@ -53,6 +55,8 @@ class BreakerStatus:
         if self.state == OPEN and self.next_probe_at is not None:
             wait = max(0.0, self.next_probe_at - self.now)
             parts.append(f"next probe at {format_time(self.next_probe_at)} (in {wait:.0f}s)")
+        if self.ramp_until is not None:
+            parts.append(f"ramping until {format_time(self.ramp_until)}")
         if self.state == HALF_OPEN:
             parts.append(f"probing (period {self.period}) by {self.prober or 'nobody yet'}")
         if self.last_error:
@@ -85,6 +89,7 @@ def _status(store: Store, name: str, breaker: CircuitBreaker | None) -> BreakerS
     if breaker is not None:
         record = record.with_policy(breaker.policy)
     events = store.recent_events(key, window=record.window) if record.window else []
+    now = store.now()
     return BreakerStatus(
         name=name,
         state=record.state,
@@ -99,5 +104,6 @@ def _status(store: Store, name: str, breaker: CircuitBreaker | None) -> BreakerS
         period=record.period,
         queues=record.queues,
         hold_id=record.hold_id,
-        now=store.now(),
+        ramp_until=record.ramp_until if record.ramping(now) else None,
+        now=now,
     )

@@ -139,8 +139,9 @@ def trial_succeeded(breaker: CircuitBreaker, app: Celery, period: int, task_id: 
     """Count a trial's success; the last success needed closes the breaker."""
     try:
         store = store_for(app)
+        threshold, ramp = breaker.success_threshold, breaker.ramp
         record, changed = breaker.change(
-            store, lambda rec, now: rec.succeed(period, task_id, breaker.success_threshold, now)
+            store, lambda rec, now: rec.succeed(period, task_id, threshold, now, ramp)
         )
         if changed and record.state == CLOSED:
             breaker.after_close(app, store, record)
@@ -149,7 +150,8 @@ def trial_succeeded(breaker: CircuitBreaker, app: Celery, period: int, task_id: 
 
 
 def task_failed(breaker: CircuitBreaker, task: Task, exc: BaseException) -> BaseException:
-    """Count ``exc``, open or re-open the breaker if due, and re-publish the task.
+    """Count ``exc``, open or re-open the breaker if due (at ``fail_max`` failures, or at
+    once while the ramp it closed with lasts), and re-publish the task.
 
     Returns what the task must raise: :class:`Retry` once it is published again
     (its retry budget untouched), otherwise ``exc`` itself.
@@ -161,12 +163,15 @@ def task_failed(breaker: CircuitBreaker, task: Task, exc: BaseException) -> Base
     record: BreakerRecord | None = None
     try:
         store = store_for(app)
-        breaker.check_forced_resume(store, breaker.read(store))
+        before, _ = breaker.check_forced_resume(store, breaker.read(store))
         count = store.add_event(breaker.key, window=breaker.window, detail=error)
         hold_id = uuid.uuid4().hex[:12]
         outcome: list[str] = []
         # Open only where a worker runs the breaker's agent: nothing else closes it.
-        may_trip = count < breaker.fail_max or agent_running(app, store, breaker)
+        due = count >= breaker.fail_max or (
+            before.ramp_until is not None and before.ramping(store.now())
+        )
+        may_trip = not due or agent_running(app, store, breaker)
 
         def after_failure(rec: BreakerRecord, now: float) -> BreakerRecord | None:
             outcome.clear()

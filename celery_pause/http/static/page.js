@@ -89,7 +89,8 @@ function render(doc) {
     when(w.skipped_until) || "—",
   ]));
   fill("breakers", doc.breakers.map((b) => [
-    b.name, b.state, scope(b.queues), b.failures + "/" + b.fail_max, when(b.opened_at),
+    b.name, b.ramp_until ? b.state + " (ramping until " + when(b.ramp_until) + ")" : b.state,
+    scope(b.queues), b.failures + "/" + b.fail_max, when(b.opened_at),
     when(b.next_probe_at), b.last_error,
   ]));
   fill("workers", doc.workers.map((w) => [
