@@ -204,7 +204,9 @@ def resume(
     windows = config.windows
     lifted = Lifted()
     store = store_for(app)
-    hosts = [r.hostname for r in store.live_reports(config.worker_ttl, store.now())]
+    # The live workers share a ramp's rate: read once, and only for a ramp.
+    live = store.live_reports(config.worker_ttl, store.now()) if seconds is not None else []
+    hosts = [report.hostname for report in live]
     by = resumed_by or default_operator()
     recorded: list[Ramp] = []
 
@@ -216,7 +218,7 @@ def resume(
             following = lift_scope(state, now, scope, force=force, windows=windows, lifted=lifted)
         if seconds is None:
             return following
-        lifts = scope if hold is None else Scope(frozenset())
+        lifts = scope if hold is None else NOTHING
         resumed = ramped_scope(lifted.removed, lifts)
         if following is None or not resumed:
             raise InvalidInput(f"nothing to ramp: {scope.describe()} is not paused")
