@@ -101,16 +101,18 @@ class Gate:
             with self._lock:
                 self._hold(request)
             return None
-        return self._pass(request, time.monotonic())
-
-    def _pass(self, request: Request, since: float) -> Any:
-        """Hand ``request`` to the pool, or have it wait for its ramp."""
-        if self.ramps and (self.waiting or not self._ramp_allows(request)):
-            self.waiting.append((request, since))
-            if len(self.waiting) == 1:
-                self.on_wait()
+        if self._waits(request, time.monotonic()):
             return None
         return self._handler(request)
+
+    def _waits(self, request: Request, since: float) -> bool:
+        """Whether ``request`` must wait for its ramp (it then waits in the gate)."""
+        if not self.ramps or (not self.waiting and self._ramp_allows(request)):
+            return False
+        self.waiting.append((request, since))
+        if len(self.waiting) == 1:
+            self.on_wait()
+        return True
 
     def _ramp_allows(self, request: Request) -> bool:
         """Whether every ramp covering ``request`` lets one more task start now."""
@@ -257,8 +259,9 @@ class Gate:
                     continue
             if off_loop and request not in worker_state.reserved_requests:
                 continue
-            self._pass(request, since)
-            passed += 1
+            if not self._waits(request, since):  # started later by pump(), counted there
+                self._handler(request)
+                passed += 1
         self.counters.released += passed
         return passed
 
