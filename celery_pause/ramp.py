@@ -83,8 +83,8 @@ class Ramp:
 
     def status_json(self, now: float) -> dict[str, Any]:
         """The ramp and how far it has come at ``now`` (``pause status --json``)."""
-        return {**self.to_json(), "end": self.end, "progress": self.progress(now),
-                "rate": self.rate(now) if self.live(now) else None}  # fmt: skip
+        rate = self.rate(now) if self.live(now) else None
+        return {**self.to_json(), "end": self.end, "progress": self.progress(now), "rate": rate}
 
     def to_json(self) -> dict[str, Any]:
         return {
