@@ -174,9 +174,10 @@ def test_status_json_schema() -> None:
     # Then every documented key is there with its type
     assert set(doc) == {
         "schema", "state", "paused_queues", "since", "generation", "now", "store",
-        "holds", "scheduled", "windows", "workers", "totals", "queues", "breakers",
+        "holds", "scheduled", "ramps", "windows", "workers", "totals", "queues", "breakers",
     }  # fmt: skip
     assert doc["breakers"] == [] and doc["scheduled"] == [] and doc["windows"] == []
+    assert doc["ramps"] == []
     assert doc["schema"] == 1
     assert doc["state"] == "PARTIAL"
     assert doc["paused_queues"] == ["emails"]
@@ -191,6 +192,7 @@ def test_status_json_schema() -> None:
             "paused_queues": ["emails"],
             "running": [{"id": "id-1", "name": "send"}],
             "held": 2,
+            "ramping": 0,
             "seen": NOW - 0.4,
             "pool": "threads",
             "pause_guaranteed": True,
@@ -199,7 +201,8 @@ def test_status_json_schema() -> None:
         }
     ]
     assert doc["totals"] == {
-        "workers": 1, "paused": 0, "running_in_scope": 1, "held": 2, "not_guaranteed": 0,
+        "workers": 1, "paused": 0, "running_in_scope": 1, "held": 2, "ramping": 0,
+        "not_guaranteed": 0,
     }  # fmt: skip
     assert doc["queues"] == [
         {"name": "emails", "waiting": 7, "paused": True, "partly_paused": False},
