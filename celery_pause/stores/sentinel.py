@@ -49,12 +49,16 @@ class SentinelStore(RedisStore):
         timeouts = {"socket_timeout": timeout, "socket_connect_timeout": timeout}
         # Asking the sentinels tries each in turn: no retries of one that does not answer.
         once = {"retry": Retry(NoBackoff(), 0)}
+        # A connection the old master dropped in a failover is made again once, to the
+        # master the sentinels name now (redis-py retries none on sentinel-managed pools;
+        # a transaction cut off while watching fails as contention and is run again).
         sentinel = redis.sentinel.Sentinel(  # type: ignore[no-untyped-call]
             hosts,
             sentinel_kwargs={**timeouts, **once, **sentinel_kwargs},
             db=db,
             username=username,
             password=password,
+            retry=Retry(NoBackoff(), 1),
             **timeouts,
             **{key: options[key] for key in SSL_OPTIONS if key in options},
         )
