@@ -156,7 +156,10 @@ class StoreSync(threading.Thread):
         now = time.monotonic()
         timeout = min(next_read, self._next_heartbeat) - now
         applied = self._applied()
-        if applied is not None and self.gate.running(applied[1]):
+        # Also while the last report still names running tasks: they may have ended
+        # while it was being written, and the next report must say so at once.
+        reported_running = self._published is not None and bool(self._published[2])
+        if applied is not None and (reported_running or self.gate.running(applied[1])):
             timeout = min(timeout, DRAIN_CHECK)
         ramp_start = self.gate.next_ramp_start()
         if ramp_start is not None:
