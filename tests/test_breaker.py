@@ -134,6 +134,15 @@ def deferred_since(workers: list[Worker], since: float) -> list[str]:
     return lines
 
 
+def one_of_each_pool(world: World) -> list[Worker]:
+    """Four workers: prefork, threads, gevent and eventlet."""
+    pools = {"prefork": 1, "threads": 2, "gevent": 4, "eventlet": 4}
+    return [
+        world.cluster.worker(f"w{i}", pool=pool, concurrency=concurrency)
+        for i, (pool, concurrency) in enumerate(pools.items(), 1)
+    ]
+
+
 def started_between(runs: list[dict[str, Any]], start: float, end: float) -> list[dict[str, Any]]:
     return [run for run in runs if start <= run["started"] < end]
 
@@ -215,12 +224,12 @@ def test_breaker_trips_across_workers_pauses_probes_once_and_every_task_complete
 
 
 def test_four_workers_run_exactly_one_probe_per_half_open_period(make_world: Any) -> None:
-    # Given four workers, a probe callable and a dependency that is down
+    # Given four workers, one of each pool, a probe callable and a dependency that is down
     world = make_world(
         REDIS_BROKER, probe=True, fail_max=2, window=30, reset_timeout=1, max_reset_timeout=2
     )
     world.dependency("down")
-    workers = [world.cluster.worker(f"w{i}") for i in range(1, 5)]
+    workers = one_of_each_pool(world)
     for worker in workers:
         worker.wait_applied()
 
@@ -248,7 +257,8 @@ def test_four_workers_run_exactly_one_probe_per_half_open_period(make_world: Any
 
 
 def test_four_workers_let_exactly_half_open_trials_through_per_period(make_world: Any) -> None:
-    # Given four workers, two trial tasks per half-open period, and a dependency that is down
+    # Given four workers, one of each pool, two trial tasks per half-open period, and a
+    # dependency that is down
     world = make_world(
         REDIS_BROKER,
         half_open_trials=2,
@@ -259,7 +269,7 @@ def test_four_workers_let_exactly_half_open_trials_through_per_period(make_world
         max_reset_timeout=3,
     )
     world.dependency("down")
-    workers = [world.cluster.worker(f"w{i}") for i in range(1, 5)]
+    workers = one_of_each_pool(world)
     for worker in workers:
         worker.wait_applied()
 

@@ -56,9 +56,10 @@ def log_lines(worker: Worker, pattern: str | re.Pattern[str]) -> list[str]:
     return [line for line in text.splitlines() if re.search(pattern, line)]
 
 
-def test_probes_metrics_and_logs_follow_a_pause(observed: Cluster) -> None:
-    # Given a running worker serving its probes
-    worker = observed.worker("w1")
+@pytest.mark.parametrize("pool", ["prefork", "gevent", "eventlet"])
+def test_probes_metrics_and_logs_follow_a_pause(observed: Cluster, pool: str) -> None:
+    # Given a running worker serving its probes (from a greenlet on the green pools)
+    worker = observed.worker("w1", pool=pool)
     worker.wait_applied()
     base = probe_url(worker)
     queue = observed.queue()
@@ -67,7 +68,7 @@ def test_probes_metrics_and_logs_follow_a_pause(observed: Cluster) -> None:
     ready = call(base + "/readyz")
     assert (ready.status, ready.json()) == (
         200,
-        {"ready": True, "paused_queues": [], "pool": "prefork", "pause_guaranteed": True},
+        {"ready": True, "paused_queues": [], "pool": pool, "pause_guaranteed": True},
     )
     text = metrics_of(base)
     assert metric(text, "celery_pause_queue_paused", queue=queue) == 0

@@ -92,7 +92,7 @@ class ApplyStep(bootsteps.StartStopStep):
             hostname=c.hostname,
             pool=self.pool,
             gate=self.gate,
-            applied=lambda: self.applied,
+            applied=self._enforced,
             as_of=lambda: self.as_of,
             breakers=lambda: self.breakers,
             deliver=self._deliver,
@@ -191,9 +191,9 @@ class ApplyStep(bootsteps.StartStopStep):
     def _deliver(self, snapshot: Snapshot) -> None:
         """From the sync thread: close the gate at once, apply the rest on the loop.
 
-        On green pools (the sync thread a greenlet) it also opens the gate and hands
-        held tasks on at once, in a greenlet of their own: the ``synloop`` would only
-        get to it after its current wait for the broker.
+        On green pools (the sync thread a greenlet) it also opens the gate, hands held
+        tasks on at once in a greenlet of their own, and lets the report confirm the
+        change: the ``synloop`` would only get to it after its current wait for the broker.
         """
         state, now = snapshot.state, snapshot.now
         paused = state.paused(now).for_worker(self.consumer.hostname)
@@ -206,8 +206,10 @@ class ApplyStep(bootsteps.StartStopStep):
         self.latest = (latest, now)
         if self.pool.greenlets:
             # Greenlets switch only where they block, and nothing between the gate's
-            # check and its hold blocks: the gate opens here as safely as on the loop.
+            # check and its hold blocks: the gate opens here as safely as on the loop,
+            # and the report can say so before the loop matches the consumers.
             self.gate.scope = paused
+            self.as_of = now
             self._share_ramps()
             if self.gate.held:
                 release = threading.Thread(target=self._release, name="celery-pause-release")
@@ -216,6 +218,13 @@ class ApplyStep(bootsteps.StartStopStep):
         elif latest[1]:
             self.gate.scope = self.gate.scope | latest[1]
         self.consumer.call_soon(self._apply_latest)
+
+    def _enforced(self) -> Applied | None:
+        """What the gate holds to, for the report: on green pools the newest state read
+        (the store greenlet sets the gate itself), elsewhere what the loop applied."""
+        if self.pool.greenlets and self.latest is not None:
+            return self.latest[0]
+        return self.applied
 
     def _read(self, state: PauseState, now: float) -> None:
         """Keep what every read brings: the clock, the scheduled holds and the ramps."""
