@@ -5,10 +5,11 @@
     python bench/run.py --control       # the throughput method with no step on either side
     python bench/run.py --cpu           # CPU per task with and without the step, one at a time
     python bench/run.py --instructions  # main-thread instructions per task (needs valgrind)
+    python bench/run.py --pools         # only the per-pool figures of the full set (~20 min)
 
 Starts two private ``redis-server`` processes (broker, store) on free loopback
-ports and real ``celery worker`` processes (prefork; then prefork, threads and
-gevent for the per-pool figures); needs ``redis-server`` on PATH.
+ports and real ``celery worker`` processes (prefork; then prefork, threads, gevent
+and eventlet for the per-pool figures); needs ``redis-server`` on PATH.
 Progress goes to stderr; the table (or the JSON object) to stdout.
 """
 
@@ -151,6 +152,24 @@ def run_alone(measurement: Callable[[World], dict[str, object]]) -> dict[str, ob
         world.close()
 
 
+def run_pools(settings: dict[str, Any]) -> dict[str, Any]:
+    """The per-pool figures alone, on a world of their own."""
+    started, load_before = time.monotonic(), os.getloadavg()
+    pools = run_alone(
+        lambda world: per_pool(
+            world,
+            tasks=settings["pool_tp_tasks"],
+            rounds=settings["pool_tp_rounds"],
+            latency_rounds=settings["pool_rounds"],
+        )
+    )
+    return {"pools": pools, "plan": settings, "conditions": conditions(load_before, started)}
+
+
+def pools_table(found: dict[str, Any]) -> str:
+    return render(pool_rows(found["pools"]), found["conditions"])
+
+
 def celery_pause_all(world: World) -> None:
     import celery_pause
 
@@ -206,7 +225,13 @@ def report(
         "pools": pools,
         "plan": settings,
     }
-    figures["conditions"] = {
+    figures["conditions"] = conditions(load_before, started)
+    return figures
+
+
+def conditions(load_before: tuple[float, float, float], started: float) -> dict[str, Any]:
+    """The machine, the versions and the load around a run."""
+    return {
         "host": platform.node(),
         "cpus": os.cpu_count(),
         "machine": platform.machine(),
@@ -221,7 +246,6 @@ def report(
         "worker": "prefork, concurrency 1, prefetch multiplier 4",
         "broker_and_store": "two private redis-server processes on loopback",
     }
-    return figures
 
 
 def verdicts(f: dict[str, Any]) -> dict[str, bool]:
@@ -287,6 +311,11 @@ def table(figures: dict[str, Any]) -> str:
             )
         )
     rows += pool_rows(d.get("pools") or {})
+    return render(rows, figures["conditions"])
+
+
+def render(rows: list[tuple[str, str, str, str, str]], c: dict[str, Any]) -> str:
+    """The rows as a text table, the run's conditions under it."""
     widths = [max(len(str(row[i])) for row in rows) for i in range(5)]
     header = ("figure", "measured", "baseline (same run)", "target", "verdict")
     widths = [max(w, len(h)) for w, h in zip(widths, header, strict=True)]
@@ -294,7 +323,6 @@ def table(figures: dict[str, Any]) -> str:
         "  ".join(str(cell).ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip()
         for row in [header, tuple("-" * w for w in widths), *rows]
     ]
-    c = figures["conditions"]
     lines.append("")
     lines.append(
         f"{c['cpus']} CPUs, load {c['loadavg_before']} -> {c['loadavg_after']}, "
@@ -330,15 +358,25 @@ def main() -> int:
         help="only CPU per task, with and without the step, each worker draining alone",
     )
     parser.add_argument(
+        "--pools",
+        action="store_true",
+        help="only the per-pool figures (prefork, threads, gevent, eventlet)",
+    )
+    parser.add_argument(
         "--control",
         action="store_true",
         help="only the throughput measurement, with the step on neither worker (A/A control)",
     )
     args = parser.parse_args()
     if args.table_from:
-        print(table(json.loads(Path(args.table_from).read_text())))
+        saved = json.loads(Path(args.table_from).read_text())
+        print(pools_table(saved) if "details" not in saved else table(saved))
         return 0
     settings = plan(args.quick)
+    if args.pools:
+        found = run_pools(settings)
+        print(json.dumps(found, indent=2) if args.json else pools_table(found))
+        return 0
     alone: dict[str, Callable[[World], dict[str, object]]] = {
         "control": lambda world: measure.throughput(
             world,
