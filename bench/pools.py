@@ -48,6 +48,17 @@ def per_pool(world: World, *, tasks: int, rounds: int, latency_rounds: int) -> d
     return found
 
 
+def controls(world: World, *, tasks: int, rounds: int) -> dict[str, Any]:
+    """Per pool: the throughput method with the step on neither worker (A/A)."""
+    found = {}
+    for pool, concurrency in POOLS.items():
+        log(f"{pool} (concurrency {concurrency}): throughput, none against none")
+        found[pool] = measure.throughput(
+            world, tasks=tasks, rounds=rounds, concurrency=concurrency, pool=pool, control=True
+        )
+    return found
+
+
 def verdicts(f: dict[str, Any]) -> dict[str, bool]:
     """The targets of the prefork figures, on one pool."""
     pause, broadcast = f["pause"]["p99_ms"], f["broadcast"]["p99_ms"]

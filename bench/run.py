@@ -5,7 +5,8 @@
     python bench/run.py --control       # the throughput method with no step on either side
     python bench/run.py --cpu           # CPU per task with and without the step, one at a time
     python bench/run.py --instructions  # main-thread instructions per task (needs valgrind)
-    python bench/run.py --pools         # only the per-pool figures of the full set (~20 min)
+    python bench/run.py --pools         # only the per-pool figures of the full set (~9 min)
+    python bench/run.py --pools --control  # the throughput method per pool, step on neither side
 
 Starts two private ``redis-server`` processes (broker, store) on free loopback
 ports and real ``celery worker`` processes (prefork; then prefork, threads, gevent
@@ -36,7 +37,7 @@ import redis  # noqa: E402
 from bench import measure  # noqa: E402
 from bench.gate_cost import gate_cost  # noqa: E402
 from bench.instructions import instructions_per_task  # noqa: E402
-from bench.pools import per_pool, pool_rows  # noqa: E402
+from bench.pools import controls, per_pool, pool_rows  # noqa: E402
 from bench.world import World, log, settle  # noqa: E402
 
 POLL_INTERVAL = 2.0  # the default pause_poll_interval
@@ -365,7 +366,8 @@ def main() -> int:
     parser.add_argument(
         "--control",
         action="store_true",
-        help="only the throughput measurement, with the step on neither worker (A/A control)",
+        help="only the throughput measurement, with the step on neither worker (A/A control); "
+        "with --pools, on each pool",
     )
     args = parser.parse_args()
     if args.table_from:
@@ -373,6 +375,14 @@ def main() -> int:
         print(pools_table(saved) if "details" not in saved else table(saved))
         return 0
     settings = plan(args.quick)
+    if args.pools and args.control:
+        found = run_alone(
+            lambda world: controls(
+                world, tasks=settings["pool_tp_tasks"], rounds=settings["pool_tp_rounds"]
+            )
+        )
+        print(json.dumps(found, indent=2))
+        return 0
     if args.pools:
         found = run_pools(settings)
         print(json.dumps(found, indent=2) if args.json else pools_table(found))
