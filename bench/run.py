@@ -164,7 +164,9 @@ def run_pools(settings: dict[str, Any]) -> dict[str, Any]:
             latency_rounds=settings["pool_rounds"],
         )
     )
-    return {"pools": pools, "plan": settings, "conditions": conditions(load_before, started)}
+    found = conditions(load_before, started)
+    found["worker"] = "per pool: its concurrency in each pool's entry, prefetch multiplier 4"
+    return {"pools": pools, "plan": settings, "conditions": found}
 
 
 def pools_table(found: dict[str, Any]) -> str:
