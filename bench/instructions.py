@@ -3,8 +3,9 @@
 CPU time on a shared two-core machine moves by several per cent between runs;
 instruction counts far less (about 0.3 %). Each worker runs under
 ``valgrind --tool=callgrind`` with counting off; after a warm-up drain, counting is
-switched on in its main process (where every line of celery-pause runs; pool
-processes run none) for each drain of ``tasks`` no-op tasks, then off. The consumer
+switched on in its main process (where every line of celery-pause runs; prefork's
+pool processes run none, gevent's and eventlet's tasks run there too) for each drain
+of ``tasks`` no-op tasks, then off. The consumer
 loop's thread (the gate, the timer) is counted per task; other threads (the step's
 store thread) apart.
 
@@ -27,7 +28,9 @@ from .world import World
 WARM_UP = 200
 
 
-def instructions_per_task(world: World, *, tasks: int, rounds: int) -> dict[str, object]:
+def instructions_per_task(
+    world: World, *, tasks: int, rounds: int, pool: str = "prefork", concurrency: int = 1
+) -> dict[str, object]:
     """Main-thread instructions per task for a worker with the step and one without.
 
     The two workers take turns, ``rounds`` drains each (the order alternates); how
@@ -41,7 +44,7 @@ def instructions_per_task(world: World, *, tasks: int, rounds: int) -> dict[str,
     side_threads = {"none": 0, "step": 0}
     try:
         for arm in per_task:
-            workers[arm] = _start_counted(world, arm, out)
+            workers[arm] = _start_counted(world, arm, out, pool, concurrency)
             drain_alone(world, workers[arm], world.queue(f"cg-warm-{arm}"), WARM_UP)
         for number in range(rounds):
             for arm in ("step", "none") if number % 2 else ("none", "step"):
@@ -73,7 +76,7 @@ def instructions_per_task(world: World, *, tasks: int, rounds: int) -> dict[str,
     }
 
 
-def _start_counted(world: World, arm: str, out: Path) -> Worker:
+def _start_counted(world: World, arm: str, out: Path, pool: str, concurrency: int) -> Worker:
     """A worker under callgrind, counting nothing until told."""
     prefix = [
         "valgrind",
@@ -86,6 +89,8 @@ def _start_counted(world: World, arm: str, out: Path) -> Worker:
         [f"cg-{arm}"],
         queue=world.queue(f"idle-cg-{arm}"),
         install=arm == "step",
+        pool=pool,
+        concurrency=concurrency,
         prefix=prefix,
         timeout=600,
     )[0]

@@ -9,12 +9,14 @@ its last task start (0 if none started after the call returned).
 from __future__ import annotations
 
 import math
+import os
 import random
 import time
 from collections import defaultdict
-from collections.abc import Callable, Sequence
-from contextlib import suppress
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
+from typing import Any
 
 import psutil
 
@@ -68,54 +70,75 @@ def throughput(
     concurrency: int,
     control: bool = False,
     pool: str = "prefork",
+    pairs: int = 2,
 ) -> dict[str, object]:
     """Tasks per second with and without the pause step, side by side.
 
     Both workers drain identical backlogs at the same time, so load from outside
     the benchmark slows both alike; each rate counts only the window in which
-    both were draining. Which worker is told to start first alternates. Half the
-    rounds run on a pair started step-first, half on a fresh pair started
-    none-first: the worker started first drains measurably slower (by 1.5 to 2.5 %
-    in controls with no step on either side), and this cancels that out. The CPU
-    time each worker (main process and pool) spent per task is measured too.
+    both were draining. Which worker is told to start first alternates per round.
+
+    Where a worker runs, not its code, moves its rate by several per cent: with
+    the two workers free to move over two cores, pair medians of A/A controls
+    spread by ±5 % (which worker shared its core with Redis, for how long). So
+    both workers share one core, where the scheduler gives them equal time, and
+    Redis and this process get the other. The rounds are shared by ``pairs``
+    fresh pairs, started step-first and none-first in turn (the worker started
+    first drains about 3 % slower); the ratio is the median of each pair's
+    rounds, averaged geometrically over the pairs, so the start order cancels.
+    The CPU time each worker (main process and pool) spent per task is measured too.
 
     ``control=True`` starts the "step" worker without the step: an A/A control,
     whose ratio shows what the method itself reads when both sides are equal.
     """
     rates: dict[str, list[float]] = {"step": [], "none": []}
-    by_order: dict[str, list[float]] = {}
+    by_pair: list[dict[str, Any]] = []
     cpu = {"step": 0.0, "none": 0.0}
     drained = 0
     discarded = 0
-    for order in (("step", "none"), ("none", "step")):
-        pair = _start_pair(world, order, concurrency, with_step=not control, pool=pool)
-        found_ratios = by_order.setdefault(f"{order[0]}_first", [])
-        try:
-            number = 0
-            while len(found_ratios) < rounds // 2 and number < rounds:
-                before = {arm: cpu_seconds(worker) for arm, worker in pair}
-                told = pair if number % 2 else pair[::-1]
-                found = _drain_together(world, told, tasks, f"{pool}-{order[0]}{number}")
-                for arm, worker in pair:
-                    cpu[arm] += cpu_seconds(worker) - before[arm]
-                drained += tasks
-                number += 1
-                if found is None:
-                    discarded += 1
-                    continue
-                for arm, rate in found.items():
-                    rates[arm].append(rate)
-                found_ratios.append(found["step"] / found["none"])
-        finally:
-            world.stop_workers([worker for _, worker in pair])
+    per_pair = rounds // pairs
+    with _workers_apart(world) as workers_core:
+        for index in range(pairs):
+            first = "step" if index % 2 == 0 else "none"
+            pair = _start_pair(
+                world, first, index, concurrency, with_step=not control, pool=pool,
+                core=workers_core,
+            )  # fmt: skip
+            found_ratios: list[float] = []
+            try:
+                number = 0
+                while len(found_ratios) < per_pair and number < 2 * per_pair:
+                    before = {arm: cpu_seconds(worker) for arm, worker in pair}
+                    told = pair if number % 2 else pair[::-1]
+                    found = _drain_together(world, told, tasks, f"{pool}-{index}-{number}")
+                    for arm, worker in pair:
+                        cpu[arm] += cpu_seconds(worker) - before[arm]
+                    drained += tasks
+                    number += 1
+                    if found is None:
+                        discarded += 1
+                        continue
+                    for arm, rate in found.items():
+                        rates[arm].append(rate)
+                    found_ratios.append(found["step"] / found["none"])
+            finally:
+                world.stop_workers([worker for _, worker in pair])
+            by_pair.append(
+                {
+                    "started_first": first,
+                    "ratio": round(percentile(found_ratios, 50), 4),
+                    "ratios": [round(r, 4) for r in found_ratios],
+                }
+            )
+    medians = [found["ratio"] for found in by_pair if found["ratios"]]  # none: all discarded
     ratios = [s / n for s, n in zip(rates["step"], rates["none"], strict=True)]
     return {
-        "ratio": round(percentile(ratios, 50), 4),
+        "ratio": round(math.prod(medians) ** (1 / len(medians)), 4),
+        "ratio_pooled_median": round(percentile(ratios, 50), 4),
         "ratio_of_totals": round(sum(rates["step"]) / sum(rates["none"]), 4),
         "ratios": [round(r, 4) for r in ratios],
-        "ratio_by_start_order": {
-            key: round(percentile(found, 50), 4) for key, found in by_order.items()
-        },
+        "pairs": by_pair,
+        "workers_core": workers_core,
         "step_tasks_per_s": [round(r, 1) for r in rates["step"]],
         "none_tasks_per_s": [round(r, 1) for r in rates["none"]],
         "cpu_ms_per_task": {arm: round(spent / drained * 1000, 4) for arm, spent in cpu.items()},
@@ -127,17 +150,43 @@ def throughput(
     }
 
 
+@contextmanager
+def _workers_apart(world: World) -> Iterator[int | None]:
+    """Keep this process and the Redis servers on the first core the run may use, and
+    yield the second for the workers (``None``, and nothing pinned, with one core)."""
+    cores = sorted(os.sched_getaffinity(0))
+    if len(cores) < 2:
+        yield None
+        return
+    servers = [psutil.Process(server.pid()) for server in (world.broker, world.store)]
+    for process in (psutil.Process(), *servers):
+        process.cpu_affinity(cores[:1])
+    try:
+        yield cores[1]
+    finally:
+        for process in (psutil.Process(), *servers):
+            process.cpu_affinity(cores)
+
+
 def _start_pair(
-    world: World, order: tuple[str, str], concurrency: int, *, with_step: bool, pool: str
+    world: World,
+    first: str,
+    index: int,
+    concurrency: int,
+    *,
+    with_step: bool,
+    pool: str,
+    core: int | None,
 ) -> list[tuple[str, Worker]]:
-    """Start the two workers in ``order``; ``[("step", w), ("none", w)]``."""
+    """Start pair ``index``'s workers, ``first`` first, on ``core`` if given;
+    ``[("step", w), ("none", w)]``."""
     started = {
         arm: world.start_workers(
-            [f"tp-{pool}-{arm}-{order[0]}-first"], queue=world.queue(f"idle-{arm}"),
-            concurrency=concurrency, pool=pool,
-            install=with_step and arm == "step",
+            [f"tp-{pool}-{arm}-{index}"], queue=world.queue(f"idle-{arm}"),
+            concurrency=concurrency, pool=pool, install=with_step and arm == "step",
+            prefix=["taskset", "-c", str(core)] if core is not None else [],
         )[0]
-        for arm in order
+        for arm in ((first, "none") if first == "step" else (first, "step"))
     }  # fmt: skip
     return [("step", started["step"]), ("none", started["none"])]
 

@@ -18,13 +18,15 @@ WORKERS = 2
 """Workers per pool in the latency rounds."""
 
 
-def per_pool(world: World, *, tasks: int, rounds: int, latency_rounds: int) -> dict[str, Any]:
+def per_pool(
+    world: World, *, tasks: int, rounds: int, pairs: int, latency_rounds: int
+) -> dict[str, Any]:
     """Per pool: throughput ratio (step / none) and pause, resume and broadcast latencies."""
     found: dict[str, Any] = {}
     for pool, concurrency in POOLS.items():
         log(f"{pool} (concurrency {concurrency}): throughput, step against none")
         throughput: dict[str, Any] = measure.throughput(
-            world, tasks=tasks, rounds=rounds, concurrency=concurrency, pool=pool
+            world, tasks=tasks, rounds=rounds, concurrency=concurrency, pool=pool, pairs=pairs
         )
         queue = world.queue(f"flow-{pool}")
         workers = world.start_workers(
@@ -48,13 +50,19 @@ def per_pool(world: World, *, tasks: int, rounds: int, latency_rounds: int) -> d
     return found
 
 
-def controls(world: World, *, tasks: int, rounds: int) -> dict[str, Any]:
+def controls(world: World, *, tasks: int, rounds: int, pairs: int) -> dict[str, Any]:
     """Per pool: the throughput method with the step on neither worker (A/A)."""
     found = {}
     for pool, concurrency in POOLS.items():
         log(f"{pool} (concurrency {concurrency}): throughput, none against none")
         found[pool] = measure.throughput(
-            world, tasks=tasks, rounds=rounds, concurrency=concurrency, pool=pool, control=True
+            world,
+            tasks=tasks,
+            rounds=rounds,
+            concurrency=concurrency,
+            pool=pool,
+            pairs=pairs,
+            control=True,
         )
     return found
 

@@ -32,6 +32,10 @@ class RedisServer:
     def client(self, db: int = 0) -> redis.Redis:
         return redis.Redis.from_url(self.url(db))
 
+    def pid(self) -> int:
+        """The server's process id."""
+        return int(self.client().info("server")["process_id"])
+
     def __enter__(self) -> RedisServer:
         self._running.enter_context(redis_server(self.port, self.password))
         return self
