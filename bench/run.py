@@ -64,6 +64,15 @@ def plan(quick: bool) -> dict[str, Any]:
             "pool_rounds": 40}  # fmt: skip
 
 
+def pool_throughput(settings: dict[str, Any]) -> dict[str, int]:
+    """The per-pool throughput pairs' size in ``settings``: tasks, rounds and pairs."""
+    return {
+        "tasks": settings["pool_tp_tasks"],
+        "rounds": settings["pool_tp_rounds"],
+        "pairs": settings["pool_tp_pairs"],
+    }
+
+
 def run(quick: bool) -> dict[str, Any]:
     settings = plan(quick)
     started = time.monotonic()
@@ -127,9 +136,7 @@ def run(quick: bool) -> dict[str, Any]:
         world.drop_backlog(queue)
         pools = per_pool(
             world,
-            tasks=settings["pool_tp_tasks"],
-            rounds=settings["pool_tp_rounds"],
-            pairs=settings["pool_tp_pairs"],
+            **pool_throughput(settings),
             latency_rounds=settings["pool_rounds"],
         )
     except BaseException:
@@ -167,9 +174,7 @@ def run_pools(settings: dict[str, Any]) -> dict[str, Any]:
     pools = run_alone(
         lambda world: per_pool(
             world,
-            tasks=settings["pool_tp_tasks"],
-            rounds=settings["pool_tp_rounds"],
-            pairs=settings["pool_tp_pairs"],
+            **pool_throughput(settings),
             latency_rounds=settings["pool_rounds"],
         )
     )
@@ -400,9 +405,7 @@ def main() -> int:
         found = run_alone(
             lambda world: controls(
                 world,
-                tasks=settings["pool_tp_tasks"],
-                rounds=settings["pool_tp_rounds"],
-                pairs=settings["pool_tp_pairs"],
+                **pool_throughput(settings),
             )
         )
         print(json.dumps(found, indent=2))
