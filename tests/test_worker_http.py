@@ -201,15 +201,17 @@ def test_metrics_and_readiness_during_a_ramped_resume(observed: Cluster) -> None
     assert result.ramp is not None
 
     # Then the worker is ready, and its metrics show the ramp and the tasks waiting for it
+    # (the worker learns of the ramp a moment before it moves its held tasks behind it)
     def ramping_metrics() -> str | None:
         text = metrics_of(base)
-        return text if metric(text, "celery_pause_ramp_progress") is not None else None
+        ramp_shown = metric(text, "celery_pause_ramp_progress") is not None
+        return text if ramp_shown and (metric(text, "celery_pause_ramp_waiting") or 0) else None
 
-    text = wait_for(ramping_metrics, timeout=10, what="the ramp in the metrics")
+    text = wait_for(ramping_metrics, timeout=10, what="the ramp and its waiting tasks")
     labels = {"source": "manual", "ramp": result.ramp.id}
     assert 0 <= (metric(text, "celery_pause_ramp_progress", **labels) or -1) < 0.5
     assert 0 <= (metric(text, "celery_pause_ramp_rate", **labels) or -1) < PEAK_DEFAULT / 2
-    assert 1 <= (metric(text, "celery_pause_ramp_waiting") or 0) <= 12
+    assert (metric(text, "celery_pause_ramp_waiting") or 0) <= 12
     assert metric(text, "celery_pause_gate_holding") == 0
     assert call(base + "/readyz").status == 200
 
