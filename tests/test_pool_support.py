@@ -175,12 +175,18 @@ def test_a_third_party_pool_runs_unguaranteed_and_says_so() -> None:
     assert "cannot be guaranteed on the third-party pool" in support.problem
 
 
+@pytest.mark.parametrize("greenlets", [False, True], ids=["threads", "greenlets"])
 def test_the_start_check_holds_what_reached_the_pool_once_paused(
-    reserved: list[FakeRequest],
+    reserved: list[FakeRequest], greenlets: bool
 ) -> None:
     # Given an in-process pool behind a gate, and two requests handed to it
     passed: list[str] = []
-    gate = Gate(lambda req: passed.append(req.id), lambda req: req.queue, start_check=True)
+    gate = Gate(
+        lambda req: passed.append(req.id),
+        lambda req: req.queue,
+        start_check=True,
+        greenlets=greenlets,
+    )
     pool = QueuedPool()
     StartCheck(pool, gate)  # type: ignore[arg-type]
     early, late = reserve(reserved, "t1"), reserve(reserved, "t2")

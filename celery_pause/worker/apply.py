@@ -63,6 +63,7 @@ class ApplyStep(bootsteps.StartStopStep):
             hostname=c.hostname,
             qos=lambda: getattr(self.consumer, "qos", None),
             start_check=self.pool.start_check,
+            greenlets=self.pool.greenlets,
         )
         c.on_task_request = self.gate
         if self.pool.start_check:

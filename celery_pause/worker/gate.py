@@ -55,6 +55,7 @@ class Gate:
         hostname: str = "",
         qos: Callable[[], Any] = lambda: None,
         start_check: bool = False,
+        greenlets: bool = False,
     ) -> None:
         self._handler = handler
         self._queue_of = queue_of
@@ -71,6 +72,8 @@ class Gate:
         self.start_check = start_check
         """Whether the pool asks :meth:`starts` before each task: then only the
         requests it let start count as running."""
+        self.greenlets = greenlets
+        """Whether every thread of the worker is a greenlet (see ``PoolSupport.greenlets``)."""
         self._started: weakref.WeakSet[Request] = weakref.WeakSet()
         self.ramps: tuple[Share, ...] = ()
         """This worker's shares of the ramped resumes in force (set on the consumer loop)."""
@@ -94,6 +97,8 @@ class Gate:
     def __call__(self, request: Request) -> Any:
         # On the consumer loop, where alone a scope opens (on green pools also the store
         # greenlet, but greenlets switch only where they block): no lock needed to decide.
+        if not (self._scope.rules or self.ramps):  # every task passes this way: keep it short
+            return self._handler(request)
         if self.blocks(request):
             if self.drains(request):
                 self._return([request])
@@ -173,18 +178,21 @@ class Gate:
         worker dropped it after its broker connection was lost (the broker
         delivers it again). Neither runs it nor acknowledges its message.
         """
+        if was_reserved and request not in worker_state.reserved_requests:
+            logger.info(
+                "celery-pause: task %s is from a lost connection: left to the broker", request.id
+            )
+            return False
+        if self.greenlets and not self._scope.rules:
+            # Nothing is paused, and greenlets switch only where they block: no lock needed.
+            self._started.add(request)
+            return True
         with self._lock:
-            dropped = was_reserved and request not in worker_state.reserved_requests
-            if not dropped:
-                if self.blocks(request):
-                    self._hold(request)
-                    return False
-                self._started.add(request)
-                return True
-        logger.info(
-            "celery-pause: task %s is from a lost connection: left to the broker", request.id
-        )
-        return False
+            if self._scope.rules and self.blocks(request):
+                self._hold(request)
+                return False
+            self._started.add(request)
+            return True
 
     def blocks(self, request: Request) -> bool:
         scope = self._scope

@@ -165,8 +165,8 @@ def shorten_synloop_wait(c: Consumer, support: PoolSupport, wait: float) -> None
         return
 
     def drain_events(*, timeout: float | None = None, **kwargs: Any) -> Any:
-        if timeout is not None:
-            timeout = min(timeout, wait)
+        if timeout is not None and timeout > wait:
+            timeout = wait
         return drain(timeout=timeout, **kwargs)
 
     drain_events.shortened = True  # type: ignore[attr-defined]
