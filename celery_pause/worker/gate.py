@@ -13,7 +13,8 @@ On pools that start tasks in the worker process (threads, gevent, eventlet) the
 pool asks the gate once more at the moment it would start a task
 (:meth:`Gate.starts`, from a pool thread or greenlet); ``held`` and ``scope``
 change under one lock, so a task either starts before a pause closes the gate
-(and is reported running) or is held.
+(and is reported running) or is held. (On gevent and eventlet, where greenlets
+switch only where they block, an open gate's check takes no lock.)
 
 While a ramped resume runs (:mod:`celery_pause.ramp`), a request of its scope waits in
 the gate until the worker's share of the ramp's rate lets it start (:meth:`Gate.pump`);
