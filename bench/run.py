@@ -402,12 +402,7 @@ def main() -> int:
         return 0
     settings = plan(args.quick)
     if args.pools and args.control:
-        found = run_alone(
-            lambda world: controls(
-                world,
-                **pool_throughput(settings),
-            )
-        )
+        found = run_alone(lambda world: controls(world, **pool_throughput(settings)))
         print(json.dumps(found, indent=2))
         return 0
     if args.pools:
