@@ -51,9 +51,9 @@ def test_a_paused_task_type_is_held_while_its_queue_flows(cluster: Cluster) -> N
     )
     assert not started(cluster, OTHER_TASK), "a task of the paused type started"
     report = wait_for(
-        lambda: (r := worker.wait_applied(result.generation)).held >= 9 and r,
+        lambda: (r := worker.wait_applied(result.generation)).held == len(held) and r,
         timeout=15,
-        what="the paused type's messages to wait in the gate, beyond the window",
+        what="all the paused type's messages to wait in the gate, beyond the window",
     )
     (reply,) = cluster.app.control.broadcast(
         "pause_state", destination=[worker.hostname], reply=True, timeout=5
