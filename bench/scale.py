@@ -36,7 +36,7 @@ sys.path.insert(0, str(ROOT))
 from celery import Celery  # noqa: E402
 
 import celery_pause  # noqa: E402
-from celery_pause.report import WorkerReport  # noqa: E402
+from celery_pause.model.report import WorkerReport  # noqa: E402
 from celery_pause.settings import config_for  # noqa: E402
 from celery_pause.stores import Snapshot, Store, open_store  # noqa: E402
 from celery_pause.worker.gate import Gate  # noqa: E402

@@ -20,10 +20,10 @@ from typing import Any
 from celery import Celery
 
 from .errors import InvalidInput, StoreError
-from .formatting import format_duration, format_time
-from .scope import Scope
+from .model.formatting import format_duration, format_time
+from .model.scope import Scope
+from .model.state import Hold
 from .settings import config_for
-from .state import Hold
 from .stores import store_for
 
 logger = logging.getLogger(__name__)

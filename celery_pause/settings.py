@@ -10,8 +10,8 @@ from celery import Celery
 from celery.app import utils as celery_app_utils
 
 from .errors import ConfigurationError
-from .state import BEAT_POLICIES
-from .windows import Window, parse_windows
+from .model.state import BEAT_POLICIES
+from .model.windows import Window, parse_windows
 
 REDIS_SCHEMES = ("redis", "rediss", "unix")
 SENTINEL_SCHEME = "sentinel"

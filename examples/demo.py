@@ -251,7 +251,7 @@ class Demo:
         if not self.broker:
             folder = self.dir / "broker"
             return sum(1 for p in folder.iterdir() if p.name.endswith(f".{queue}.msg"))
-        from celery_pause.depths import queue_depths
+        from celery_pause.api.depths import queue_depths
 
         return queue_depths(self.app, [queue])[queue]
 

@@ -52,7 +52,7 @@ def make_store(kind: str, url: str, prefix: str) -> Store:
         return FileStore(url, prefix)
     if kind == "memory":
         return MemoryStore(url, prefix)
-    from celery_pause.stores.sql import SqlStore
+    from celery_pause.stores.sql.store import SqlStore
 
     return SqlStore(url, prefix)
 
@@ -78,7 +78,7 @@ def purge(url: str, prefix: str) -> None:
     elif url.startswith("db+"):
         import sqlalchemy as sa
 
-        from celery_pause.stores.sql_schema import log, values
+        from celery_pause.stores.sql.schema import log, values
 
         engine = sa.create_engine(url[len("db+") :])
         try:
@@ -149,8 +149,8 @@ def _file_path(store: FileStore, kind: str, name: str) -> Path:
 def _sql_raw(store: Store, kind: str, name: str) -> bytes | None:
     import sqlalchemy as sa
 
-    from celery_pause.stores.sql import SqlStore
-    from celery_pause.stores.sql_schema import log, values
+    from celery_pause.stores.sql.schema import log, values
+    from celery_pause.stores.sql.store import SqlStore
 
     assert isinstance(store, SqlStore)
     with store.engine.connect() as conn:
@@ -167,8 +167,8 @@ def _sql_raw(store: Store, kind: str, name: str) -> bytes | None:
 def _sql_write(store: Store, kind: str, name: str, raw: bytes) -> None:
     import sqlalchemy as sa
 
-    from celery_pause.stores.sql import SqlStore
-    from celery_pause.stores.sql_schema import log, values
+    from celery_pause.stores.sql.schema import log, values
+    from celery_pause.stores.sql.store import SqlStore
 
     assert isinstance(store, SqlStore)
     store.read()  # the tables exist from here on
@@ -186,8 +186,8 @@ def sql_rows(store: Store) -> list[tuple[str, str]]:
     """``(kind, name)`` of every value row under the store's prefix, sorted."""
     import sqlalchemy as sa
 
-    from celery_pause.stores.sql import SqlStore
-    from celery_pause.stores.sql_schema import values
+    from celery_pause.stores.sql.schema import values
+    from celery_pause.stores.sql.store import SqlStore
 
     assert isinstance(store, SqlStore)
     query = sa.select(values.c.kind, values.c.name).where(values.c.prefix == store.prefix)

@@ -8,9 +8,8 @@ import pytest
 
 from celery_pause.stores.base import Store
 from support.harness import AMQP_BROKER, REDIS_BROKER, Cluster
+from support.services import require
 from support.stores import KINDS, SERVICES, SHARED_KINDS, Spec, make_store, private, store_url
-
-from .services import require
 
 
 @pytest.fixture(params=["redis", "amqp"])

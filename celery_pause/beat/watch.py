@@ -17,10 +17,10 @@ from collections.abc import Callable
 
 from ..errors import StoreError
 from ..logs import ThrottledLog
+from ..model.state import BEAT_SKIP, Hold, PauseState
+from ..model.windows import with_windows
 from ..settings import PauseConfig
-from ..state import BEAT_SKIP, Hold, PauseState
 from ..stores import Store
-from ..windows import with_windows
 
 logger = logging.getLogger(__name__)
 

@@ -16,9 +16,9 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
-from ..jsonfields import optional_str, require_str
-from ..ramp import Ramp
-from ..scope import Scope
+from ..model.jsonfields import optional_str, require_str
+from ..model.ramp import Ramp
+from ..model.scope import Scope
 
 CLOSED = "closed"
 OPEN = "open"

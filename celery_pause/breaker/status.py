@@ -8,11 +8,11 @@ from typing import Any
 from celery import Celery
 
 from ..errors import StoreError
-from ..formatting import format_time
-from ..scope import Scope
-from ..state import UNREADABLE
+from ..model.formatting import format_time
+from ..model.scope import Scope
+from ..model.state import UNREADABLE
 from ..stores import Store, store_for
-from .options import RECORD_PREFIX, CircuitBreaker, breakers_of
+from .circuit import RECORD_PREFIX, CircuitBreaker, breakers_of
 from .record import HALF_OPEN, OPEN, BreakerRecord
 
 

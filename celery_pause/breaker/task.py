@@ -20,7 +20,7 @@ from ..errors import ConfigurationError, StoreError
 from ..routing import queue_of
 from ..settings import config_for
 from ..stores import Store, store_for
-from .options import CircuitBreaker, describe
+from .circuit import CircuitBreaker, describe
 from .record import CLOSED, HALF_OPEN, BreakerRecord
 
 logger = logging.getLogger(__name__)

@@ -24,6 +24,8 @@ from celery.bin.base import CeleryCommand
 from click.core import ParameterSource
 
 from .. import api
+from ..api.document import PAUSED, RUNNING, cluster_state, overview
+from ..api.results import PauseResult
 from ..errors import (
     AlreadyPaused,
     ConfigurationError,
@@ -33,11 +35,9 @@ from ..errors import (
     StoreError,
 )
 from ..history import format_history
-from ..overview import PAUSED, RUNNING, cluster_state, overview
-from ..results import PauseResult
-from ..scope import Scope
+from ..model.scope import Scope
+from ..model.state import BEAT_POLICIES
 from ..settings import config_for
-from ..state import BEAT_POLICIES
 from .init_store import init_store
 from .live import LiveProgress
 from .params import (

@@ -6,8 +6,8 @@ import time
 from collections.abc import Callable, Sequence
 from typing import TextIO
 
-from ..report import WorkerReport
-from ..results import PauseResult
+from ..api.results import PauseResult
+from ..model.report import WorkerReport
 from .render import pause_lines, progress_lines
 
 REDRAW_EVERY = 0.1

@@ -1,4 +1,4 @@
-"""The CLI's option types and checks, each a thin wrapper of :mod:`celery_pause.validation`."""
+"""The CLI's option types and checks, thin wrappers of :mod:`celery_pause.model.validation`."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from typing import Any
 import click
 
 from ..errors import InvalidInput
-from ..validation import check_names, parse_datetime, parse_duration
-from ..validation import check_reason as check_reason_text
+from ..model.validation import check_names, parse_datetime, parse_duration
+from ..model.validation import check_reason as check_reason_text
 
 
 # ParamType is generic from click 8.2 on, a plain class before: no subscript here.

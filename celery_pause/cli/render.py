@@ -9,13 +9,13 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping, Sequence
 
-from ..formatting import format_duration, format_time
-from ..overview import Depths, Overview, WindowStatus, cluster_state, since, worker_state
-from ..ramp import Ramp
-from ..report import APPLIED, WorkerReport
-from ..results import ClusterStatus, PauseResult, ResumeResult
-from ..scope import Scope
-from ..state import BEAT_SKIP, Hold
+from ..api.document import Depths, Overview, WindowStatus, cluster_state, since, worker_state
+from ..api.results import ClusterStatus, PauseResult, ResumeResult
+from ..model.formatting import format_duration, format_time
+from ..model.ramp import Ramp
+from ..model.report import APPLIED, WorkerReport
+from ..model.scope import Scope
+from ..model.state import BEAT_SKIP, Hold
 
 
 # -- small pieces ------------------------------------------------------------------------

@@ -30,10 +30,10 @@ from typing import Any
 from celery import Celery
 
 from ..api import pause, resume
-from ..depths import queue_depths
+from ..api.depths import queue_depths
+from ..api.document import overview
 from ..errors import AlreadyPaused, ConfigurationError, InvalidInput, PauseError, StoreError
-from ..overview import overview
-from ..validation import parse_datetime, parse_duration
+from ..model.validation import parse_datetime, parse_duration
 from .server import Request, Response, json_response, wsgi_app
 
 logger = logging.getLogger(__name__)

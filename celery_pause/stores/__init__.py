@@ -36,7 +36,7 @@ def open_store(config: PauseConfig) -> Store:
                 f"pause_store_url {sanitize_url(url)!r} needs SQLAlchemy: "
                 "pip install 'celery-pause[sql]'"
             )
-        from .sql import SqlStore
+        from .sql.store import SqlStore
 
         return SqlStore(url, config.key_prefix, timeout=config.store_timeout)
     if scheme == "file":

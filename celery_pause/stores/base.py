@@ -13,8 +13,8 @@ from typing import Any
 from kombu.utils.url import sanitize_url
 
 from ..errors import InvalidInput, StoreError
-from ..report import WorkerReport
-from ..state import PauseState
+from ..model.report import WorkerReport
+from ..model.state import PauseState
 
 LOG_NAME = re.compile(r"[a-z][a-z0-9_-]{0,63}\Z")
 

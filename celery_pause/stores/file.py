@@ -17,8 +17,8 @@ from typing import Any
 from urllib.parse import quote, unquote, urlsplit
 
 from ..errors import StoreError
-from ..report import WorkerReport
-from ..state import PauseState
+from ..model.report import WorkerReport
+from ..model.state import PauseState
 from .base import (
     Change,
     Event,

@@ -12,8 +12,8 @@ from typing import Any, cast
 import redis
 
 from ..errors import StoreError
-from ..report import WorkerReport
-from ..state import PauseState
+from ..model.report import WorkerReport
+from ..model.state import PauseState
 from .base import (
     Change,
     ClockOffset,

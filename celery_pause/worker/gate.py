@@ -16,7 +16,7 @@ change under one lock, so a task either starts before a pause closes the gate
 (and is reported running) or is held. (On gevent and eventlet, where greenlets
 switch only where they block, an open gate's check takes no lock.)
 
-While a ramped resume runs (:mod:`celery_pause.ramp`), a request of its scope waits in
+While a ramped resume runs (:mod:`celery_pause.model.ramp`), a request of its scope waits in
 the gate until the worker's share of the ramp's rate lets it start (:meth:`Gate.pump`);
 waiting requests do not widen the prefetch window, so a worker fetches no more than
 its window while the ramp holds it back.
@@ -36,9 +36,9 @@ from typing import Any
 from celery.worker import state as worker_state
 from celery.worker.request import Request
 
-from ..ramp import Share
-from ..scope import NOTHING, Scope
-from ..view import GateCounters
+from ..model.ramp import Share
+from ..model.scope import NOTHING, Scope
+from .view import GateCounters
 
 logger = logging.getLogger(__name__)
 
