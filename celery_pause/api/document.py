@@ -17,7 +17,7 @@ from celery import Celery
 from ..breaker.status import BreakerStatus, breaker_statuses
 from ..history import HistoryEntry, history
 from ..model.report import APPLIED, WorkerReport
-from ..model.scope import Scope
+from ..model.scope import Scope, Target
 from ..model.state import Hold, PauseState
 from ..model.windows import Window
 from ..settings import config_for
@@ -186,8 +186,9 @@ def status_json(
             {
                 "name": name,
                 "waiting": waiting,
-                "paused": status.paused.covers(name),
-                "partly_paused": status.paused.touches(name) and not status.paused.covers(name),
+                "paused": status.paused.covers(Target(queue=name)),
+                "partly_paused": status.paused.touches(Target(queue=name))
+                and not status.paused.covers(Target(queue=name)),
             }
             for name, waiting in sorted(depths.items())
         ],

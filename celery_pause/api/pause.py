@@ -14,7 +14,7 @@ from ..errors import AlreadyPaused, InvalidInput, PauseTimeout
 from ..history import pause_entry, record
 from ..model.formatting import format_time
 from ..model.report import WorkerReport
-from ..model.scope import Rule, Scope
+from ..model.scope import Rule, Scope, Target
 from ..model.state import MANUAL, Hold, PauseState
 from ..model.validation import (
     check_beat,
@@ -152,14 +152,14 @@ def unmatched(app: Celery, rule: Rule, live: Sequence[WorkerReport]) -> tuple[st
     warnings = []
     known = [name for name in app.tasks if not name.startswith("celery.")]
     for name in sorted(rule.tasks or ()):
-        if not any(Rule(tasks=frozenset({name})).covers("", task, None) for task in known):
+        if not any(Rule(tasks=frozenset({name})).covers(Target(task=task)) for task in known):
             warnings.append(
                 f"task {name!r} matches no task registered in this app; "
                 "the hold applies to it once a worker runs such a task"
             )
     hosts = [report.hostname for report in live]
     for name in sorted(rule.workers or ()):
-        if not any(Rule(workers=frozenset({name})).covers("", None, host) for host in hosts):
+        if not any(Rule(workers=frozenset({name})).covers(Target(worker=host)) for host in hosts):
             warnings.append(
                 f"worker {name!r} matches no live worker; "
                 "the hold is recorded and applies when such a worker starts"

@@ -14,7 +14,7 @@ from ..api.results import ClusterStatus, PauseResult, ResumeResult
 from ..model.formatting import format_duration, format_time
 from ..model.ramp import Ramp
 from ..model.report import APPLIED, WorkerReport
-from ..model.scope import Scope
+from ..model.scope import Scope, Target
 from ..model.state import BEAT_SKIP, Hold
 
 
@@ -295,9 +295,9 @@ def queues_line(status: ClusterStatus, depths: Depths) -> str:
         count = "?" if waiting is None else f"{waiting:,}"
         mark = (
             " (paused)"
-            if status.paused.covers(name)
+            if status.paused.covers(Target(queue=name))
             else " (partly paused)"
-            if status.paused.touches(name)
+            if status.paused.touches(Target(queue=name))
             else ""
         )
         parts.append(f"{name} {count} waiting{mark}")

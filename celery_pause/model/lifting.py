@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
 from ..errors import InvalidInput
-from .scope import DIMENSIONS, NOTHING, Rule, Scope
+from .scope import DIMENSIONS, NOTHING, Dimension, Names, Rule, Scope
 from .state import WINDOW_PREFIX, Hold, PauseState
 from .windows import Window, occurrences, window_named
 
@@ -112,15 +112,20 @@ def lifted_scope(hold: Hold, lifted: Scope) -> Scope:
         return hold.scope
     if resumed.contains(rule):
         return NOTHING
-    outside = [d for d in DIMENSIONS if not Rule(**{d: getattr(resumed, d)}).contains(rule)]
+    outside = [d for d in DIMENSIONS if not _only(d, resumed.names(d)).contains(rule)]
     if len(outside) == 1:
         (dimension,) = outside
-        held, freed = getattr(rule, dimension), getattr(resumed, dimension)
+        held, freed = rule.names(dimension), resumed.names(dimension)
         rest = frozenset(held) - freed if held is not None and freed is not None else None
-        if rest is not None and not Rule(**{dimension: rest}).overlaps(Rule(**{dimension: freed})):
-            return Scope(frozenset({replace(rule, **{dimension: rest})}))
+        if rest is not None and not _only(dimension, rest).overlaps(_only(dimension, freed)):
+            return Scope(frozenset({replace(rule, **{dimension.name: rest})}))
     raise InvalidInput(
         f"cannot resume {lifted.describe()} out of the {hold.describe()}: what would remain is "
         f"no list of names. Resume its whole scope ({hold.scope.describe()}), or resume "
         "without filters, then pause what should stay paused"
     )
+
+
+def _only(dimension: Dimension, names: Names) -> Rule:
+    """The rule listing ``names`` in ``dimension`` and every value in the others."""
+    return Rule(**{dimension.name: names})

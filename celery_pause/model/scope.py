@@ -1,9 +1,10 @@
-"""What a pause covers: queues, task names and workers.
+"""What a pause covers: the dimensions of a scope, a task's place in them, rules and scopes.
 
-A hold's scope is one :class:`Rule`: the intersection of up to three dimensions, each
-"every" when not given — queue names (exact), task names and worker hostnames (exact or
-shell-style patterns: ``proj.billing.*``, ``w1@*``). What a cluster or a worker pauses is
-a :class:`Scope`: the union of the rules of its live holds.
+Every dimension is one row of :data:`DIMENSIONS`: queue names (exact), task names and worker
+hostnames (exact or shell-style patterns: ``proj.billing.*``, ``w1@*``). A task's
+:class:`Target` is its coordinate in each. A hold's scope is one :class:`Rule`: the
+intersection of its dimensions, each "every" when not given. What a cluster or a worker pauses
+is a :class:`Scope`: the union of the rules of its live holds.
 """
 
 from __future__ import annotations
@@ -20,8 +21,60 @@ from .formatting import SHOWN_TEXT
 Names = frozenset[str] | None
 """A dimension of a rule: the names it lists, or ``None`` for every name."""
 
-DIMENSIONS = ("queues", "tasks", "workers")
 PATTERN = re.compile(r"[*?\[]")
+
+
+@dataclass(frozen=True)
+class Dimension:
+    """One dimension of a scope: how it is named, checked, given and shown."""
+
+    name: str
+    """The field of a :class:`Rule`, of a hold's JSON, of the admin API and of ``resume``."""
+    singular: str
+    """One value of it: the field of a :class:`Target`, and how messages name it."""
+    patterns: bool
+    """Whether shell-style patterns match its values (``proj.billing.*``)."""
+    flags: tuple[str, ...]
+    """The CLI's option names for it."""
+    help: str
+    """The CLI's help for it."""
+
+
+DIMENSIONS: tuple[Dimension, ...] = (
+    Dimension(
+        "queues", "queue", patterns=False, flags=("-Q", "--queues"),
+        help="Comma-separated queue names (default: every queue).",
+    ),
+    Dimension(
+        "tasks", "task", patterns=True, flags=("--tasks",),
+        help="Comma-separated task names or patterns, e.g. proj.billing.* (default: every task).",
+    ),
+    Dimension(
+        "workers", "worker", patterns=True, flags=("-d", "--destination"),
+        help="Comma-separated worker hostnames or patterns, e.g. w1@* (default: every worker).",
+    ),
+)  # fmt: skip
+"""Every dimension of a scope, in the order they are shown."""
+
+NAMES = tuple(d.name for d in DIMENSIONS)
+
+
+@dataclass(frozen=True)
+class Target:
+    """Where a task stands in each dimension; ``None`` stands for *every* value of one.
+
+    Built once per request by the worker's gate; callers asking about a whole queue or a
+    whole worker leave the other coordinates out.
+    """
+
+    queue: str | None = None
+    task: str | None = None
+    worker: str | None = None
+
+    def at(self, dimension: Dimension) -> str | None:
+        """The coordinate in ``dimension``."""
+        value: str | None = getattr(self, dimension.singular)
+        return value
 
 
 @dataclass(frozen=True)
@@ -32,32 +85,48 @@ class Rule:
     tasks: Names = None
     workers: Names = None
 
-    def covers(self, queue: str, task: str | None = None, worker: str | None = None) -> bool:
-        """Whether the rule covers ``task`` of ``queue`` on ``worker``; an argument left
-        out means *every* task (or worker), which only a rule without that dimension covers."""
-        if self.queues is not None and queue not in self.queues:
+    def covers(self, target: Target) -> bool:
+        """Whether the rule covers ``target``; a coordinate left out means *every* value,
+        which only a rule without that dimension covers."""
+        return all(self._matches(d, target.at(d)) for d in DIMENSIONS)
+
+    def touches(self, target: Target) -> bool:
+        """Whether the rule covers *some* task at ``target`` (a coordinate left out: any)."""
+        return all(target.at(d) is None or self._matches(d, target.at(d)) for d in DIMENSIONS)
+
+    def names(self, dimension: Dimension) -> Names:
+        """What the rule lists in ``dimension`` (``None``: every value)."""
+        names: Names = getattr(self, dimension.name)
+        return names
+
+    def _matches(self, dimension: Dimension, value: str | None) -> bool:
+        names = self.names(dimension)
+        if names is None:
+            return True
+        if value is None:
             return False
-        return _matches(self.tasks, task, self._task_patterns) and _matches(
-            self.workers, worker, self._worker_patterns
-        )
+        if value in names:
+            return True
+        patterns = self._patterns.get(dimension.name)
+        return patterns is not None and patterns.match(value) is not None
 
     def contains(self, other: Rule) -> bool:
         """Whether every dimension of this rule lists all that ``other``'s lists."""
-        return all(_contains(getattr(self, d), getattr(other, d)) for d in DIMENSIONS)
+        return all(_contains(self.names(d), other.names(d)) for d in DIMENSIONS)
 
     def overlaps(self, other: Rule) -> bool:
         """Whether some task could be covered by both rules."""
-        return all(_overlap(getattr(self, d), getattr(other, d)) for d in DIMENSIONS)
+        return all(_overlap(self.names(d), other.names(d)) for d in DIMENSIONS)
 
     def intersection(self, other: Rule) -> Rule | None:
         """The rule covering what both cover (patterns kept where the other's names match
         them), or ``None`` if they share nothing."""
         if not self.overlaps(other):
             return None
-        return Rule(*(_common(getattr(self, d), getattr(other, d)) for d in DIMENSIONS))
+        return Rule(*(_common(self.names(d), other.names(d)) for d in DIMENSIONS))
 
     def to_json(self) -> dict[str, list[str] | None]:
-        return {d: _sorted(getattr(self, d)) for d in DIMENSIONS}
+        return {d.name: _sorted(self.names(d)) for d in DIMENSIONS}
 
     def describe(self) -> str:
         """``all queues``, ``queue a``, ``tasks x, y in queues a, b on worker w1@h``."""
@@ -73,12 +142,14 @@ class Rule:
         return " ".join(parts)
 
     @cached_property
-    def _task_patterns(self) -> re.Pattern[str] | None:
-        return _compile(self.tasks)
-
-    @cached_property
-    def _worker_patterns(self) -> re.Pattern[str] | None:
-        return _compile(self.workers)
+    def _patterns(self) -> dict[str, re.Pattern[str]]:
+        """Per dimension that allows them, the patterns it lists, compiled into one."""
+        compiled = {}
+        for dimension in DIMENSIONS:
+            pattern = _compile(self.names(dimension)) if dimension.patterns else None
+            if pattern is not None:
+                compiled[dimension.name] = pattern
+        return compiled
 
 
 EVERY = Rule()
@@ -100,12 +171,15 @@ class Scope:
     ) -> Scope:
         """The scope of one rule; a dimension left ``None`` is every name, an empty one
         covers nothing (the empty scope)."""
-        rule = Rule(_names(queues), _names(tasks), _names(workers))
-        if any(
-            names is not None and not names for names in (rule.queues, rule.tasks, rule.workers)
-        ):
+        return cls.of_names({"queues": queues, "tasks": tasks, "workers": workers})
+
+    @classmethod
+    def of_names(cls, names: dict[str, Iterable[str] | None]) -> Scope:
+        """The scope of one rule listing ``names[d]`` in each dimension ``d`` (as :meth:`of`)."""
+        listed = [_names(names.get(d.name)) for d in DIMENSIONS]
+        if any(values is not None and not values for values in listed):
             return NOTHING
-        return cls(frozenset({rule}))
+        return cls(frozenset({Rule(*listed)}))
 
     @property
     def everything(self) -> bool:
@@ -123,37 +197,26 @@ class Scope:
         """Every queue some rule names."""
         return frozenset(q for rule in self.rules for q in (rule.queues or ()))
 
-    def covers(self, queue: str, task: str | None = None, worker: str | None = None) -> bool:
-        """Whether some rule covers ``task`` of ``queue`` on ``worker`` (as :meth:`Rule.covers`)."""
-        return any(rule.covers(queue, task, worker) for rule in self.rules)
+    def covers(self, target: Target) -> bool:
+        """Whether some rule covers ``target`` (as :meth:`Rule.covers`)."""
+        return any(rule.covers(target) for rule in self.rules)
 
-    def touches(self, queue: str, worker: str | None = None) -> bool:
-        """Whether some rule covers some task of ``queue`` (on ``worker``, if given)."""
-        return any(
-            (rule.queues is None or queue in rule.queues)
-            and (worker is None or _matches(rule.workers, worker, rule._worker_patterns))
-            for rule in self.rules
-        )
+    def touches(self, target: Target) -> bool:
+        """Whether some rule covers some task at ``target`` (as :meth:`Rule.touches`)."""
+        return any(rule.touches(target) for rule in self.rules)
 
     def drains(self, queue: str, worker: str) -> bool:
-        """Whether a worker-scoped rule takes ``worker`` off ``queue`` entirely."""
-        return any(
-            rule.workers is not None and rule.tasks is None and rule.covers(queue, None, worker)
-            for rule in self.rules
-        )
+        """Whether a rule of queues and workers alone takes ``worker`` off ``queue`` entirely."""
+        whole = Target(queue=queue, worker=worker)
+        return any(rule.workers is not None and rule.covers(whole) for rule in self.rules)
 
     def overlaps(self, other: Scope) -> bool:
         return any(a.overlaps(b) for a in self.rules for b in other.rules)
 
     def for_worker(self, hostname: str) -> Scope:
         """The rules that apply on the worker ``hostname``."""
-        return Scope(
-            frozenset(
-                rule
-                for rule in self.rules
-                if rule.workers is None or _matches(rule.workers, hostname, rule._worker_patterns)
-            )
-        )
+        here = Target(worker=hostname)
+        return Scope(frozenset(rule for rule in self.rules if rule.touches(here)))
 
     def __or__(self, other: Scope) -> Scope:
         return Scope(_merged(self.rules | other.rules))
@@ -196,11 +259,13 @@ def rule_from_json(data: Any) -> Rule:
     """The rule of a stored hold; raises ``ValueError`` for anything but lists of names."""
     values = []
     for dimension in DIMENSIONS:
-        names = data.get(dimension) if dimension != "queues" else data["queues"]
+        # a stored rule always names its queues (``null`` for every one); later dimensions
+        # may be missing from state written by an older release
+        names = data[dimension.name] if dimension is DIMENSIONS[0] else data.get(dimension.name)
         if names is not None and not (
             isinstance(names, list) and names and all(isinstance(n, str) for n in names)
         ):
-            raise ValueError(f"{dimension} is {names!r}")
+            raise ValueError(f"{dimension.name} is {names!r}")
         values.append(_names(names))
     return Rule(*values)
 
@@ -213,28 +278,20 @@ def _merged(rules: frozenset[Rule]) -> frozenset[Rule]:
     """Rules that differ only in their queues joined into one (``EVERY`` absorbs all)."""
     if EVERY in rules:
         return frozenset({EVERY})
-    joined: dict[tuple[Names, Names], Names] = {}
+    joined: dict[tuple[Names, ...], Names] = {}
     for rule in rules:
-        key = (rule.tasks, rule.workers)
+        key = tuple(rule.names(d) for d in DIMENSIONS[1:])
         if key in joined:
             before = joined[key]
             joined[key] = None if before is None or rule.queues is None else before | rule.queues
         else:
             joined[key] = rule.queues
-    return frozenset(Rule(queues, tasks, workers) for (tasks, workers), queues in joined.items())
+    return frozenset(Rule(queues, *rest) for rest, queues in joined.items())
 
 
 def _compile(names: Names) -> re.Pattern[str] | None:
     patterns = [translate(n) for n in names or () if is_pattern(n)]
     return re.compile("|".join(patterns)) if patterns else None
-
-
-def _matches(names: Names, value: str | None, patterns: re.Pattern[str] | None) -> bool:
-    if names is None:
-        return True
-    if value is None:
-        return False
-    return value in names or (patterns is not None and patterns.match(value) is not None)
 
 
 def _contains(outer: Names, inner: Names) -> bool:

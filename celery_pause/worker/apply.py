@@ -26,7 +26,7 @@ from .. import (
     signals,
 )
 from ..model.ramp import Ramp, Share, phase_of
-from ..model.scope import EVERYTHING, NOTHING, Scope
+from ..model.scope import EVERYTHING, NOTHING, Scope, Target
 from ..model.state import Hold, PauseState
 from ..routing import QueueResolver
 from ..settings import config_for
@@ -272,7 +272,7 @@ class ApplyStep(bootsteps.StartStopStep):
             # deliveries reach the consumer before the loop has set its callback.
             listed = {queue.name for queue in c.task_consumer.queues}
             for name in self.consumed or ():
-                if scope.covers(name, None, c.hostname):
+                if scope.covers(Target(queue=name, worker=c.hostname)):
                     if name in listed:
                         c.cancel_task_queue(name)
                 elif name not in listed:

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from ..model.ramp import Ramp
-from ..model.scope import Scope
+from ..model.scope import Scope, Target
 from ..model.state import BREAKER_PREFIX, Hold
 
 
@@ -54,20 +54,22 @@ class WorkerView:
     @property
     def paused_queues(self) -> tuple[str, ...]:
         """The queues this worker consumes and holds every task of now."""
-        return tuple(q for q in self.consumed if self.scope.covers(q, None, self.hostname))
+        return tuple(
+            q for q in self.consumed if self.scope.covers(Target(queue=q, worker=self.hostname))
+        )
 
     @property
     def paused(self) -> bool:
         """Whether the worker holds some task of a queue it consumes."""
         if not self.consumed:
             return bool(self.scope)
-        return any(self.scope.touches(q, self.hostname) for q in self.consumed)
+        return any(self.scope.touches(Target(queue=q, worker=self.hostname)) for q in self.consumed)
 
     @property
     def fully_paused(self) -> bool:
         """Whether this worker starts no task at all."""
         if not self.consumed:
-            return self.scope.covers("", None, self.hostname) and self.scope.everything
+            return self.scope.covers(Target(worker=self.hostname)) and self.scope.everything
         return len(self.paused_queues) == len(self.consumed)
 
     @property
@@ -88,7 +90,7 @@ class WorkerView:
             h
             for h in self.holds
             if h.scope.for_worker(self.hostname)
-            and (not self.consumed or any(h.scope.touches(q) for q in self.consumed))
+            and (not self.consumed or any(h.scope.touches(Target(queue=q)) for q in self.consumed))
         )
 
 

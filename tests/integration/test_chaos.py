@@ -27,7 +27,7 @@ import redis
 
 import celery_pause
 from celery_pause.errors import InvalidInput, PauseTimeout
-from celery_pause.model.scope import NOTHING, Scope
+from celery_pause.model.scope import NOTHING, Scope, Target
 from support.harness import AMQP_BROKER, Cluster, Worker, wait_for
 from support.redis_server import RedisServer
 from support.services import require
@@ -136,7 +136,7 @@ class Chaos:
         self.counts["pauses" if notify else "pauses with the push swallowed"] += 1
         if acknowledged is not None:
             for queue in self.queues:
-                if scope.covers(queue) and queue not in self.open:
+                if scope.covers(Target(queue=queue)) and queue not in self.open:
                     self.open[queue] = Window(queue, acknowledged)
         self.check_status()
 
@@ -162,7 +162,11 @@ class Chaos:
         self.holds = kept
         after = self.paused()
         for queue in self.queues:
-            if before.covers(queue) and not after.covers(queue) and queue in self.open:
+            if (
+                before.covers(Target(queue=queue))
+                and not after.covers(Target(queue=queue))
+                and queue in self.open
+            ):
                 window = self.open.pop(queue)
                 window.end = called
                 self.windows.append(window)
@@ -171,7 +175,7 @@ class Chaos:
 
     def random_operation(self) -> None:
         paused = self.paused()
-        unpaused = [q for q in self.queues if not paused.covers(q)]
+        unpaused = [q for q in self.queues if not paused.covers(Target(queue=q))]
         if unpaused and (not paused or self.rng.random() < 0.5):
             if not paused and self.rng.random() < 0.2:
                 self.pause(None)
@@ -190,7 +194,7 @@ class Chaos:
     # -- faults ---------------------------------------------------------------------------
     def kill_a_busy_worker(self) -> None:
         """SIGKILL a worker while it runs a task, and start it again under the same name."""
-        unpaused = [q for q in self.queues if not self.paused().covers(q)]
+        unpaused = [q for q in self.queues if not self.paused().covers(Target(queue=q))]
         if not unpaused:
             self.resume(None)
             unpaused = list(self.queues)

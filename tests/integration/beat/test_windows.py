@@ -14,6 +14,7 @@ import pytest
 
 import celery_pause
 from celery_pause.history import RESUME, history
+from celery_pause.model.scope import Target
 from celery_pause.stores import store_for
 from support.harness import Cluster, wait_for
 
@@ -81,7 +82,7 @@ def test_a_scheduled_pause_lands_at_its_start_and_lifts_at_its_end_without_a_com
     # When the start comes, Then every worker applies it at once by itself
     until(cluster, start, "the scheduled start")
     reports_show(cluster, [queue], start, timeout=POLL * 0.75)
-    assert celery_pause.status(cluster.app).paused.covers(queue)
+    assert celery_pause.status(cluster.app).paused.covers(Target(queue=queue))
 
     # When the end comes, Then the tasks flow again by themselves
     until(cluster, end, "the scheduled end")

@@ -24,7 +24,7 @@ import redis
 import celery_pause
 from celery_pause.breaker.status import BreakerStatus
 from celery_pause.model.ramp import Ramp
-from celery_pause.model.scope import Scope
+from celery_pause.model.scope import Scope, Target
 from celery_pause.stores import store_for
 from support.breaker_proj import AUTORETRY_TASK, CHARGE_TASK, DEPENDENCY_URL, keys
 from support.harness import AMQP_BROKER, REDIS_BROKER, Cluster, Worker, wait_for
@@ -184,7 +184,7 @@ def test_breaker_trips_across_workers_pauses_probes_once_and_every_task_complete
         hold.reason or "",
     )
     assert reason is not None and int(reason[1]) >= 3, hold.reason
-    assert celery_pause.status(world.app).paused.covers(world.queue)
+    assert celery_pause.status(world.app).paused.covers(Target(queue=world.queue))
     # (tasks of another type in the same queue wait too, and are never taken as trials)
     others = [world.cluster.send(f"other{i}") for i in range(3)]
 

@@ -13,6 +13,7 @@ import pytest
 from celery.schedules import crontab
 
 import celery_pause
+from celery_pause.model.scope import Target
 from support.harness import Cluster
 from support.proj import make_app
 from tests.integration.http.test_admin import TOKEN, admin_server
@@ -187,4 +188,4 @@ def test_the_status_page_resumes_with_a_ramp_and_shows_it(world: Cluster, page: 
         page.fill("#resume-ramp", "2d")
         page.click("#resume-button")
         expect(page.locator("#message")).to_contain_text("at most a day", timeout=WAIT_MS)
-        assert celery_pause.status(world.app).paused.covers("emails")
+        assert celery_pause.status(world.app).paused.covers(Target(queue="emails"))

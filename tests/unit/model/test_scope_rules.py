@@ -8,7 +8,7 @@ from celery import Celery
 from celery_pause import BreakerTask, CircuitBreaker
 from celery_pause.api import lifted_scope
 from celery_pause.errors import InvalidInput
-from celery_pause.model.scope import EVERYTHING, NOTHING, Scope
+from celery_pause.model.scope import EVERYTHING, NOTHING, Scope, Target
 from celery_pause.model.state import Hold, PauseState
 
 
@@ -17,22 +17,26 @@ def test_a_rule_is_the_intersection_of_its_dimensions() -> None:
     scope = Scope.of(["default"], tasks=["proj.billing.*"], workers=["w1@*"])
 
     # Then it covers exactly those tasks
-    assert scope.covers("default", "proj.billing.charge", "w1@host")
-    assert not scope.covers("default", "proj.emails.send", "w1@host")
-    assert not scope.covers("reports", "proj.billing.charge", "w1@host")
-    assert not scope.covers("default", "proj.billing.charge", "w2@host")
+    assert scope.covers(Target(queue="default", task="proj.billing.charge", worker="w1@host"))
+    assert not scope.covers(Target(queue="default", task="proj.emails.send", worker="w1@host"))
+    assert not scope.covers(Target(queue="reports", task="proj.billing.charge", worker="w1@host"))
+    assert not scope.covers(Target(queue="default", task="proj.billing.charge", worker="w2@host"))
     # ... never a whole queue, and not every worker
-    assert not scope.covers("default")
-    assert not scope.covers("default", "proj.billing.charge")
+    assert not scope.covers(Target(queue="default"))
+    assert not scope.covers(Target(queue="default", task="proj.billing.charge"))
     # ... it touches the default queue on w1 only, and drains nothing (it names tasks)
-    assert scope.touches("default", "w1@host") and not scope.touches("default", "w2@host")
+    assert scope.touches(Target(queue="default", worker="w1@host")) and not scope.touches(
+        Target(queue="default", worker="w2@host")
+    )
     assert not scope.drains("default", "w1@host")
 
 
 def test_a_worker_scoped_hold_drains_that_worker_only() -> None:
     scope = Scope.of(workers=["w1@host"])
-    assert scope.drains("any", "w1@host") and scope.covers("any", None, "w1@host")
-    assert not scope.drains("any", "w2@host") and not scope.covers("any", None, "w2@host")
+    assert scope.drains("any", "w1@host") and scope.covers(Target(queue="any", worker="w1@host"))
+    assert not scope.drains("any", "w2@host") and not scope.covers(
+        Target(queue="any", worker="w2@host")
+    )
     assert scope.for_worker("w2@host") == NOTHING
     assert scope.for_worker("w1@host") == scope
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from celery_pause.model.scope import EVERYTHING, NOTHING, Scope
+from celery_pause.model.scope import EVERYTHING, NOTHING, Scope, Target
 from celery_pause.model.state import Hold, PauseState
 
 
@@ -14,7 +14,7 @@ def test_scope_union_and_overlap() -> None:
     assert (a | EVERYTHING) == EVERYTHING
     assert not a.overlaps(b) and a.overlaps(Scope.of(["a", "c"])) and a.overlaps(EVERYTHING)
     assert not NOTHING.overlaps(EVERYTHING)
-    assert EVERYTHING.covers("anything") and not a.covers("b")
+    assert EVERYTHING.covers(Target(queue="anything")) and not a.covers(Target(queue="b"))
 
 
 def test_expired_holds_stop_counting() -> None:

@@ -11,7 +11,7 @@ from celery.schedules import crontab, schedule
 
 from celery_pause.model.lifting import Lifted, lift_hold, lift_scope
 from celery_pause.model.recurrence import next_start
-from celery_pause.model.scope import Scope
+from celery_pause.model.scope import Scope, Target
 from celery_pause.model.state import UNREADABLE, Hold, PauseState
 from celery_pause.model.windows import Window, with_windows
 
@@ -30,7 +30,7 @@ def test_a_scheduled_hold_pauses_only_from_its_start_and_is_read_again_then() ->
 
     # Then before its start it is scheduled, not active; from its start until its end active
     assert not state.paused(99.9) and state.scheduled_holds(99.9) == (hold,)
-    assert state.paused(100).covers("q") and state.scheduled_holds(100) == ()
+    assert state.paused(100).covers(Target(queue="q")) and state.scheduled_holds(100) == ()
     assert not state.paused(160) and state.live_holds(160) == ()
     # And the next change is its start, then its end, then nothing
     assert [state.next_change(t) for t in (0, 100, 160)] == [100, 160, None]
@@ -107,7 +107,7 @@ def test_windows_join_the_state_read_and_are_lifted_by_markers_only() -> None:
     now = at("2027-01-15 02:30:00")
     stored = PauseState(generation=4)
     in_force = with_windows(stored, [window()], now)
-    assert in_force.paused(now).covers("reports") and in_force.generation == 4
+    assert in_force.paused(now).covers(Target(queue="reports")) and in_force.generation == 4
 
     # When the current occurrence is lifted by its window's name
     lifted = Lifted()
@@ -119,7 +119,11 @@ def test_windows_join_the_state_read_and_are_lifted_by_markers_only() -> None:
     assert changed.holds == () and changed.skipped_until("nightly") == at("2027-01-15 03:00:00")
     assert not with_windows(changed, [window()], now).paused(now)
     assert [h.began for h in lifted.removed] == [at("2027-01-15 02:00:00")]
-    assert with_windows(changed, [window()], now + DAY).paused(now + DAY).covers("reports")
+    assert (
+        with_windows(changed, [window()], now + DAY)
+        .paused(now + DAY)
+        .covers(Target(queue="reports"))
+    )
 
     # And a resume by scope leaves the window alone unless forced
     assert (
