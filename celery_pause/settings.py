@@ -11,6 +11,7 @@ from celery.app import utils as celery_app_utils
 
 from .errors import ConfigurationError
 from .model.state import BEAT_POLICIES
+from .model.validation import check_count, check_options, check_port, check_positive
 from .model.windows import Window, parse_windows
 
 REDIS_SCHEMES = ("redis", "rediss", "unix")
@@ -38,7 +39,7 @@ DEFAULTS: dict[str, Any] = {
 
 @dataclass(frozen=True)
 class PauseConfig:
-    """celery-pause's settings for one app."""
+    """celery-pause's settings for one app (each default is in :data:`DEFAULTS`)."""
 
     store_url: str
     key_prefix: str
@@ -46,19 +47,19 @@ class PauseConfig:
     max_hold: float
     worker_ttl: float
     store_timeout: float
-    http_port: int | None = None
-    http_host: str = "127.0.0.1"
-    health_stall_after: float = 120.0
-    warn_after: float | None = 3600.0
-    warn_every: float = 900.0
-    history_size: int = 500
+    http_port: int | None = DEFAULTS["pause_http_port"]
+    http_host: str = DEFAULTS["pause_http_host"]
+    health_stall_after: float = DEFAULTS["pause_health_stall_after"]
+    warn_after: float | None = DEFAULTS["pause_warn_after"]
+    warn_every: float = DEFAULTS["pause_warn_every"]
+    history_size: int = DEFAULTS["pause_history_size"]
     store_options: dict[str, Any] = field(default_factory=dict)
     """Options of a ``sentinel://`` store: ``pause_store_transport_options``, or the
     broker's transport options when the broker doubles as the store."""
-    green_loop_wait: float = 0.25
-    beat_default: str = "queue"
+    green_loop_wait: float = DEFAULTS["pause_green_loop_wait"]
+    beat_default: str = DEFAULTS["pause_beat_default"]
     windows: tuple[Window, ...] = ()
-    ramp_peak: float = 100.0
+    ramp_peak: float = DEFAULTS["pause_ramp_peak"]
     """The cluster's start rate (tasks per second) at the end of a ramped resume."""
 
     @classmethod
@@ -71,12 +72,19 @@ class PauseConfig:
         poll_interval = _positive(values, "pause_poll_interval")
         if values["pause_store_url"]:
             store_url = values["pause_store_url"]
-            store_options = _options(
-                "pause_store_transport_options", values["pause_store_transport_options"]
+            store_options = check_options(
+                "pause_store_transport_options",
+                values["pause_store_transport_options"],
+                error=ConfigurationError,
             )
         else:
             store_url = _store_from_broker(app)
-            store_options = _options("broker_transport_options", app.conf.broker_transport_options)
+            store_options = check_options(
+                "broker_transport_options",
+                app.conf.broker_transport_options,
+                error=ConfigurationError,
+            )
+        beat_default = _beat(values["pause_beat_default"])
         return cls(
             store_url=store_url,
             store_options=store_options,
@@ -85,7 +93,9 @@ class PauseConfig:
             max_hold=_bounded_hold(app, _positive(values, "pause_max_hold")),
             worker_ttl=max(_positive(values, "pause_worker_ttl"), 3 * poll_interval),
             store_timeout=_positive(values, "pause_store_timeout"),
-            http_port=_port(values["pause_http_port"]),
+            http_port=check_port(
+                "pause_http_port", values["pause_http_port"], error=ConfigurationError
+            ),
             http_host=str(values["pause_http_host"]),
             health_stall_after=_positive(values, "pause_health_stall_after"),
             warn_after=(
@@ -94,13 +104,13 @@ class PauseConfig:
                 else _positive(values, "pause_warn_after")
             ),
             warn_every=_positive(values, "pause_warn_every"),
-            history_size=_count(values, "pause_history_size"),
-            green_loop_wait=min(_positive(values, "pause_green_loop_wait"), 2.0),
-            beat_default=_beat(values["pause_beat_default"]),
-            ramp_peak=_positive(values, "pause_ramp_peak"),
-            windows=parse_windows(
-                values["pause_windows"], app, _beat(values["pause_beat_default"])
+            history_size=check_count(
+                "pause_history_size", values["pause_history_size"], error=ConfigurationError
             ),
+            green_loop_wait=min(_positive(values, "pause_green_loop_wait"), 2.0),
+            beat_default=beat_default,
+            ramp_peak=_positive(values, "pause_ramp_peak"),
+            windows=parse_windows(values["pause_windows"], app, beat_default),
         )
 
 
@@ -141,44 +151,8 @@ def _store_from_broker(app: Celery) -> str:
     )
 
 
-def _options(key: str, value: Any) -> dict[str, Any]:
-    if value is None:
-        return {}
-    if not isinstance(value, dict):
-        raise ConfigurationError(f"{key} must be a dict, got {type(value).__name__}")
-    return dict(value)
-
-
 def _positive(values: dict[str, Any], key: str) -> float:
-    try:
-        value = float(values[key])
-    except (TypeError, ValueError):
-        raise ConfigurationError(f"{key} must be a number, got {values[key]!r}") from None
-    if not value > 0:  # NaN too
-        raise ConfigurationError(f"{key} must be positive, got {value!r}")
-    return value
-
-
-def _port(value: Any) -> int | None:
-    """``None`` (off), or a TCP port; 0 picks a free one."""
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, (int, str)):
-        raise ConfigurationError(f"pause_http_port must be a port number, got {value!r}")
-    try:
-        port = int(value)
-    except ValueError:
-        raise ConfigurationError(f"pause_http_port must be a port number, got {value!r}") from None
-    if not 0 <= port <= 65535:
-        raise ConfigurationError(f"pause_http_port must be within 0-65535, got {port}")
-    return port
-
-
-def _count(values: dict[str, Any], key: str) -> int:
-    value = values[key]
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ConfigurationError(f"{key} must be a whole number of at least 1, got {value!r}")
-    return value
+    return check_positive(key, values[key], error=ConfigurationError)
 
 
 def _beat(value: Any) -> str:

@@ -40,7 +40,13 @@ from ..model.formatting import format_time
 from ..model.ramp import count_sharers
 from ..model.scope import Scope
 from ..model.state import BREAKER_PREFIX, Hold, PauseState
-from ..model.validation import check_queues, check_ramp
+from ..model.validation import (
+    check_count,
+    check_exceptions,
+    check_positive,
+    check_queues,
+    check_ramp,
+)
 from ..settings import config_for
 from ..stores import Store, store_for
 from .record import CLOSED, BreakerRecord, Policy
@@ -112,12 +118,12 @@ class CircuitBreaker:
                 f"breaker name must be 1-100 of A-Z a-z 0-9 _ . @ -, got {str(name)[:60]!r}"
             )
         self.name = name
-        self.exceptions = _exception_types(exceptions)
+        self.exceptions = check_exceptions(exceptions)
         self.probe = probe
         if probe is not None and not callable(probe):
             raise InvalidInput(f"probe must be callable, got {type(probe).__name__}")
         self.queues = check_queues(queues)
-        self.fail_max = _count("fail_max", fail_max)
+        self.fail_max = check_count("fail_max", fail_max)
         self.window = _seconds("window", window)
         self.reset_timeout = _seconds("reset_timeout", reset_timeout)
         self.max_reset_timeout = (
@@ -130,8 +136,8 @@ class CircuitBreaker:
         self.backoff_factor = float(backoff_factor)
         if not self.backoff_factor >= 1:
             raise InvalidInput(f"backoff_factor must be at least 1, got {backoff_factor!r}")
-        self.half_open_trials = _count("half_open_trials", half_open_trials)
-        self.success_threshold = _count("success_threshold", success_threshold)
+        self.half_open_trials = check_count("half_open_trials", half_open_trials)
+        self.success_threshold = check_count("success_threshold", success_threshold)
         if probe is None and self.success_threshold > self.half_open_trials:
             raise InvalidInput(
                 f"success_threshold ({success_threshold}) cannot exceed half_open_trials "
@@ -142,7 +148,7 @@ class CircuitBreaker:
         self.trial_timeout = _seconds("trial_timeout", trial_timeout)
         self.requeue_delay = _seconds("requeue_delay", requeue_delay)
         if max_requeues is not None:
-            max_requeues = _count("max_requeues", max_requeues)
+            max_requeues = check_count("max_requeues", max_requeues)
         self.max_requeues = max_requeues
         self.ramp = check_ramp(ramp)
         self.policy = Policy(
@@ -360,24 +366,5 @@ def describe(exc: BaseException) -> str:
     return text if len(text) <= MAX_ERROR else text[: MAX_ERROR - 1] + "…"
 
 
-def _exception_types(exceptions: Iterable[type[BaseException]]) -> tuple[type[BaseException], ...]:
-    types: tuple[Any, ...] = (exceptions,) if isinstance(exceptions, type) else tuple(exceptions)
-    if not types or not all(isinstance(t, type) and issubclass(t, BaseException) for t in types):
-        raise InvalidInput(f"exceptions must be exception classes, got {exceptions!r}")
-    return types
-
-
-def _count(option: str, value: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise InvalidInput(f"{option} must be a whole number of at least 1, got {value!r}")
-    return value
-
-
 def _seconds(option: str, value: float) -> float:
-    try:
-        seconds = float(value)
-    except (TypeError, ValueError):
-        raise InvalidInput(f"{option} must be a number of seconds, got {value!r}") from None
-    if not seconds > 0 or seconds == float("inf"):
-        raise InvalidInput(f"{option} must be positive, got {value!r}")
-    return seconds
+    return check_positive(option, value, what="a number of seconds", finite=True)

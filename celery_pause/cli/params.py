@@ -3,14 +3,18 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from datetime import datetime, timedelta, timezone
-from typing import Any
+from typing import Any, TypeVar
 
 import click
 
 from ..errors import InvalidInput
+from ..model.scope import DIMENSIONS
 from ..model.validation import check_names, parse_datetime, parse_duration
 from ..model.validation import check_reason as check_reason_text
+
+Command = TypeVar("Command", bound=Callable[..., Any])
 
 
 # ParamType is generic from click 8.2 on, a plain class before: no subscript here.
@@ -84,15 +88,21 @@ def check_by(ctx: click.Context, param: click.Parameter, value: str | None) -> s
     return value.strip() if value else None
 
 
-QUEUES_OPTION = click.option(
-    "-Q", "--queues", type=NameList("queue"), default=None, metavar="Q1,Q2",
-    help="Comma-separated queue names (default: every queue).",
-)  # fmt: skip
-TASKS_OPTION = click.option(
-    "--tasks", type=NameList("task"), default=None, metavar="T1,T2",
-    help="Comma-separated task names or patterns, e.g. proj.billing.* (default: every task).",
-)  # fmt: skip
-WORKERS_OPTION = click.option(
-    "-d", "--destination", "workers", type=NameList("worker"), default=None, metavar="W1,W2",
-    help="Comma-separated worker hostnames or patterns, e.g. w1@* (default: every worker).",
-)  # fmt: skip
+def scope_options(command: Command) -> Command:
+    """One option per dimension of a scope (``-Q``, ``--tasks``, ``-d``), from the table;
+    the command receives each as a keyword argument named for its dimension."""
+    for dimension in reversed(DIMENSIONS):
+        letter = dimension.singular[0].upper()
+        command = click.option(
+            *dimension.flags, dimension.name, type=NameList(dimension.singular), default=None,
+            metavar=f"{letter}1,{letter}2", help=dimension.help,
+        )(command)  # fmt: skip
+    return command
+
+
+def flag_of(ctx: click.Context, name: str, *, short: bool = False) -> str:
+    """The long (or ``short``est) option of parameter ``name`` of the current command."""
+    for param in ctx.command.params:
+        if param.name == name and isinstance(param, click.Option):
+            return (min if short else max)(param.opts, key=len)
+    return "--" + name.replace("_", "-")

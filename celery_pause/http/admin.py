@@ -33,6 +33,7 @@ from ..api import pause, resume
 from ..api.depths import queue_depths
 from ..api.document import overview
 from ..errors import AlreadyPaused, ConfigurationError, InvalidInput, PauseError, StoreError
+from ..model.scope import NAMES
 from ..model.validation import parse_datetime, parse_duration
 from .server import Request, Response, json_response, wsgi_app
 
@@ -41,10 +42,10 @@ logger = logging.getLogger(__name__)
 HISTORY_SHOWN = 20
 DEPTH_CACHE = 2.0
 PAUSE_FIELDS = (
-    "reason", "by", "queues", "tasks", "workers", "resume_after", "resume_at", "start_at", "beat",
+    "reason", "by", *NAMES, "resume_after", "resume_at", "start_at", "beat",
     "force",
 )  # fmt: skip
-RESUME_FIELDS = ("queues", "tasks", "workers", "hold", "force", "by", "ramp")
+RESUME_FIELDS = (*NAMES, "hold", "force", "by", "ramp")
 STATIC = {
     "/": ("index.html", "text/html; charset=utf-8"),
     "/page.js": ("page.js", "text/javascript; charset=utf-8"),
@@ -145,9 +146,7 @@ class AdminAPI:
             self.app,
             reason=_opt_text(body, "reason"),
             paused_by=_opt_text(body, "by") or _caller(request),
-            queues=_names(body, "queues"),
-            tasks=_names(body, "tasks"),
-            workers=_names(body, "workers"),
+            **_scope_names(body),
             resume_after=_duration(resume_after) if resume_after not in (None, "") else None,
             resume_at=_moment(resume_at) if resume_at not in (None, "") else None,
             start_at=_moment(start_at, "start_at") if start_at not in (None, "") else None,
@@ -170,9 +169,7 @@ class AdminAPI:
         body = _body(request, RESUME_FIELDS)
         result = resume(
             self.app,
-            queues=_names(body, "queues"),
-            tasks=_names(body, "tasks"),
-            workers=_names(body, "workers"),
+            **_scope_names(body),
             hold=_opt_text(body, "hold"),
             force=_flag(body, "force"),
             resumed_by=_opt_text(body, "by") or _caller(request),
@@ -263,6 +260,11 @@ def _flag(body: dict[str, Any], key: str) -> bool:
     if not isinstance(value, bool):
         raise InvalidInput(f"{key} must be true or false")
     return value
+
+
+def _scope_names(body: dict[str, Any]) -> dict[str, Any]:
+    """The names given for each dimension of a scope (``queues``, ``tasks``, …)."""
+    return {name: _names(body, name) for name in NAMES}
 
 
 def _names(body: dict[str, Any], key: str) -> list[str] | None:

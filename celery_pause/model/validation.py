@@ -9,11 +9,13 @@ from __future__ import annotations
 import itertools
 import math
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime, timedelta
+from typing import Any
 
 from ..errors import InvalidInput
 from .ramp import MAX_RAMP
+from .scope import DIMENSIONS, Scope
 from .state import BEAT_POLICIES
 
 UNITS = {"d": 86400, "h": 3600, "m": 60, "s": 1}
@@ -95,6 +97,13 @@ def check_names(names: Iterable[str] | str | None, kind: str) -> list[str] | Non
     return [name.strip() for name in listed]
 
 
+def check_scope(given: Mapping[str, Any]) -> Scope:
+    """The scope of one rule from the names ``given`` per dimension (``queues``, ``tasks``,
+    …: a name, a list of names, or ``None`` for every one), each checked by
+    :func:`check_names`."""
+    return Scope.of_names({d.name: check_names(given.get(d.name), d.singular) for d in DIMENSIONS})
+
+
 def check_reason(reason: str | None) -> str | None:
     if reason is not None and not isinstance(reason, str):
         raise InvalidInput(f"reason must be a string, got {type(reason).__name__}")
@@ -168,6 +177,67 @@ def check_ramp(ramp: timedelta | float | None) -> float | None:
     if not (0 < seconds <= MAX_RAMP):
         raise InvalidInput(f"ramp must be positive and at most a day (86400 s), got {seconds:g} s")
     return seconds
+
+
+def check_positive(
+    name: str,
+    value: Any,
+    *,
+    error: type[Exception] = InvalidInput,
+    what: str = "a number",
+    finite: bool = False,
+) -> float:
+    """A number above zero (and ``finite`` if asked) for option or setting ``name``;
+    ``error`` names who refuses it (:class:`InvalidInput`, or a setting's
+    :class:`~celery_pause.errors.ConfigurationError`)."""
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        raise error(f"{name} must be {what}, got {value!r}") from None
+    if not number > 0 or (finite and number == math.inf):  # NaN too
+        raise error(f"{name} must be positive, got {value!r}")
+    return number
+
+
+def check_count(name: str, value: Any, *, error: type[Exception] = InvalidInput) -> int:
+    """A whole number of at least 1 for option or setting ``name``."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise error(f"{name} must be a whole number of at least 1, got {value!r}")
+    return value
+
+
+def check_port(name: str, value: Any, *, error: type[Exception] = InvalidInput) -> int | None:
+    """``None`` (off), or a TCP port; 0 picks a free one."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, str)):
+        raise error(f"{name} must be a port number, got {value!r}")
+    try:
+        port = int(value)
+    except ValueError:
+        raise error(f"{name} must be a port number, got {value!r}") from None
+    if not 0 <= port <= 65535:
+        raise error(f"{name} must be within 0-65535, got {port}")
+    return port
+
+
+def check_options(
+    name: str, value: Any, *, error: type[Exception] = InvalidInput
+) -> dict[str, Any]:
+    """A dict of options (``None``: none)."""
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise error(f"{name} must be a dict, got {type(value).__name__}")
+    return dict(value)
+
+
+def check_exceptions(value: Any) -> tuple[type[BaseException], ...]:
+    """One exception class or several, as ``exceptions`` options take them."""
+    types: tuple[Any, ...] = (value,) if isinstance(value, type) else tuple(value)
+    if not types or not all(isinstance(t, type) and issubclass(t, BaseException) for t in types):
+        raise InvalidInput(f"exceptions must be exception classes, got {value!r}")
+    return types
 
 
 def _timestamp(moment: datetime, name: str = "resume_at") -> float:

@@ -29,12 +29,12 @@ from celery import Celery
 from ..errors import InvalidInput, InvalidWindow
 from .formatting import format_time
 from .recurrence import as_schedule, next_start, starts
-from .scope import Scope
+from .scope import NAMES, Scope
 from .state import BEAT_POLICIES, BEAT_QUEUE, WINDOW_PREFIX, Hold, PauseState
-from .validation import check_names, check_reason, parse_duration
+from .validation import check_reason, check_scope, parse_duration
 
 NAME = re.compile(r"[A-Za-z0-9_.-]{1,64}\Z")
-KEYS = frozenset({"name", "schedule", "duration", "queues", "tasks", "workers", "reason", "beat"})
+KEYS = frozenset({"name", "schedule", "duration", *NAMES, "reason", "beat"})
 SAMPLE = 50
 """Occurrences of each window checked for a too-long duration and for clashes."""
 CONFIGURED_BY = "pause_windows"
@@ -181,11 +181,7 @@ def parse_window(item: Any, app: Celery, beat_default: str) -> Window:
     if beat not in BEAT_POLICIES:
         raise InvalidWindow(f"window {name!r}: beat must be 'queue' or 'skip', got {beat!r}")
     try:
-        scope = Scope.of(
-            check_names(item.get("queues"), "queue"),
-            tasks=check_names(item.get("tasks"), "task"),
-            workers=check_names(item.get("workers"), "worker"),
-        )
+        scope = check_scope(item)
         reason = check_reason(item.get("reason"))
         duration = window_duration(item["duration"])
     except InvalidInput as exc:

@@ -9,6 +9,7 @@ import pytest
 
 import celery_pause
 from celery_pause.history import HistoryEntry, expiries, format_history
+from celery_pause.model.scope import Scope
 from celery_pause.stores import store_for
 from celery_pause.stores.base import Store
 from support.harness import REDIS_BROKER, Cluster, wait_for
@@ -33,7 +34,7 @@ def test_pauses_and_resumes_are_recorded_with_who_what_when_why(world: Cluster) 
 
     # Then the history says each, newest first
     newest, middle, oldest = celery_pause.history(app)
-    assert (oldest.action, oldest.by, oldest.reason, oldest.queues) == (
+    assert (oldest.action, oldest.by, oldest.reason, oldest.scope.names()) == (
         "pause",
         "ann@ops",
         "smtp down",
@@ -45,14 +46,14 @@ def test_pauses_and_resumes_are_recorded_with_who_what_when_why(world: Cluster) 
         (first.hold.id,),
     )
     assert oldest.at == first.hold.paused_at
-    assert (middle.action, middle.by, middle.queues, middle.forced) == (
+    assert (middle.action, middle.by, middle.scope.names(), middle.forced) == (
         "pause",
         "bob@ops",
         None,
         True,
     )
     assert middle.ended == (first.hold.id,)
-    assert (newest.action, newest.by, newest.queues, newest.generation) == (
+    assert (newest.action, newest.by, newest.scope.names(), newest.generation) == (
         "resume",
         "cy@ops",
         None,
@@ -140,7 +141,11 @@ def test_unreadable_entries_are_listed_as_such() -> None:
 def test_an_expiry_keeps_every_dimension_of_the_pause_it_ends() -> None:
     # Given a recorded pause of one task type on one worker that ran out
     paused = HistoryEntry(
-        action="pause", at=1.0, tasks=["proj.charge"], workers=["w1@h"], resume_at=2.0, holds=("h",)
+        action="pause",
+        at=1.0,
+        scope=Scope.of(tasks=["proj.charge"], workers=["w1@h"]),
+        resume_at=2.0,
+        holds=("h",),
     )
 
     # When the history is read after its end, Then the expiry names the same scope
