@@ -38,7 +38,7 @@ from ..errors import (
 from ..history import format_history
 from ..model.scope import NAMES, Scope
 from ..model.state import BEAT_POLICIES
-from ..settings import config_for
+from ..settings import config_for, setting_name
 from .init_store import init_store
 from .live import LiveProgress
 from .params import (
@@ -109,11 +109,13 @@ def operator_errors(ctx: click.Context) -> Iterator[None]:
     except StoreError as exc:
         raise click.ClickException(
             masked(f"cannot use the pause store: {exc}", app)
-            + "\nNothing changed. Check pause_store_url and that the store is up."
+            + f"\nNothing changed. Check {setting_name(app, 'pause_store_url')} and that the "
+            "store is up."
         ) from None
     except InvalidWindow as exc:
         raise BadWindow(
-            f"unusable pause_windows: {exc}\nNothing changed. Fix it in the app's configuration."
+            f"unusable {setting_name(app, 'pause_windows')}: {exc}\nNothing changed. Fix it in "
+            "the app's configuration."
         ) from None
     except ConfigurationError as exc:
         raise click.ClickException(masked(f"celery-pause is not configured: {exc}", app)) from None

@@ -133,17 +133,20 @@ def window_named(windows: Sequence[Window], name: str) -> Window:
 
 
 # -- configuration ----------------------------------------------------------------------------
-def parse_windows(value: Any, app: Celery, beat_default: str) -> tuple[Window, ...]:
-    """The windows of ``pause_windows``; :class:`InvalidWindow` for anything amiss."""
+def parse_windows(
+    value: Any, app: Celery, beat_default: str, setting: str = "pause_windows"
+) -> tuple[Window, ...]:
+    """The windows of ``pause_windows`` (spelled ``setting`` in the app's configuration);
+    :class:`InvalidWindow` for anything amiss."""
     if value is None:
         return ()
     if isinstance(value, (str, bytes, dict)) or not isinstance(value, Iterable):
-        raise InvalidWindow("pause_windows must be a list of window dicts")
-    windows = [parse_window(item, app, beat_default) for item in value]
+        raise InvalidWindow(f"{setting} must be a list of window dicts")
+    windows = [parse_window(item, app, beat_default, setting) for item in value]
     names = [w.name for w in windows]
     for name in names:
         if names.count(name) > 1:
-            raise InvalidWindow(f"pause_windows: two windows are named {name!r}")
+            raise InvalidWindow(f"{setting}: two windows are named {name!r}")
     now = time.time()
     samples = {w.name: check_recurrence(w, now) for w in windows}
     for i, one in enumerate(windows):
@@ -152,20 +155,22 @@ def parse_windows(value: Any, app: Celery, beat_default: str) -> tuple[Window, .
                 clash = first_overlap(one, samples[one.name], other, samples[other.name])
                 if clash is not None:
                     raise InvalidWindow(
-                        f"pause_windows: windows {one.name!r} (beat {one.beat}) and "
+                        f"{setting}: windows {one.name!r} (beat {one.beat}) and "
                         f"{other.name!r} (beat {other.beat}) overlap in scope and time (both "
                         f"from {format_time(clash)}) but disagree on beat; give them one policy"
                     )
     return tuple(windows)
 
 
-def parse_window(item: Any, app: Celery, beat_default: str) -> Window:
+def parse_window(
+    item: Any, app: Celery, beat_default: str, setting: str = "pause_windows"
+) -> Window:
     if not isinstance(item, dict):
-        raise InvalidWindow(f"pause_windows: each window is a dict, got {item!r:.60}")
+        raise InvalidWindow(f"{setting}: each window is a dict, got {item!r:.60}")
     name = item.get("name")
     if not isinstance(name, str) or not NAME.match(name):
         raise InvalidWindow(
-            f"pause_windows: a window needs a name of 1-64 letters, digits, '_', '.' or '-', "
+            f"{setting}: a window needs a name of 1-64 letters, digits, '_', '.' or '-', "
             f"got {name!r:.60}"
         )
     unknown = sorted(set(item) - KEYS)
