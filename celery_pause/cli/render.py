@@ -163,9 +163,9 @@ def resume_lines(result: ResumeResult, asked: Scope, *, force: bool) -> list[str
         lines.extend(f"  {scheduled_line(hold, result.now)}" for hold in result.scheduled)
     if not result.remaining:
         if not result.removed and not result.cancelled:
-            lines.append(f"Nothing to resume: {asked.describe()} already flow.")
+            lines.append(f"Nothing to resume: {asked.describe()} already {flow(asked)}.")
         elif result.removed:
-            lines.append(f"{asked.describe().capitalize()} flow again.")
+            lines.append(f"{asked.describe().capitalize()} {flow(asked)} again.")
         return lines
     if not result.removed and not result.cancelled:
         lines.append(f"No manual hold to remove on {asked.describe()}.")
@@ -220,6 +220,15 @@ def timeout_lines(
         f"Follow it with `{hint} pause status`."
     )
     return lines
+
+
+def flow(scope: Scope) -> str:
+    """``flows`` after a scope that reads as one thing (``queue emails``), else ``flow``."""
+    if len(scope.rules) != 1 or scope.everything:
+        return "flow"
+    rule = scope.rule
+    named = rule.tasks if rule.tasks is not None else rule.queues
+    return "flows" if named is not None and len(named) == 1 else "flow"
 
 
 # -- status --------------------------------------------------------------------------------

@@ -169,7 +169,7 @@ def test_a_ramped_resume_through_celery(world: Cluster) -> None:
     assert f"Ramping up: the start rate of queue {queue} rises to 100 tasks/s until " in (
         resumed.stdout
     )
-    assert f"Queue {queue} flow again." in resumed.stdout
+    assert f"Queue {queue} flows again." in resumed.stdout
     text = celery(world, "pause", "status").stdout
     assert "Ramping (a pause wins at once):" in text
     assert f"  queue {queue}: 0% through a ramp of 10 minutes, at 0." in text
