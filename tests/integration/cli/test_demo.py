@@ -20,6 +20,7 @@ from support.harness import REDIS_BROKER, ROOT, wait_for
 from support.services import require
 
 DEMO = ROOT / "examples" / "demo.py"
+HELD = re.compile(r"(\d+) task\(s\) received before the pause started only after the resume")
 SUMMARY = re.compile(r"^ran=(\d+) started_during_pause=(\d+) lost=(\d+)$", re.MULTILINE)
 HEADER = re.compile(r"celery-pause demo (\w+): ")
 
@@ -90,6 +91,10 @@ def test_demo_tells_the_whole_story_and_the_pause_holds(tmp_path: Path, broker: 
         "The pause held: nothing started while paused, nothing was lost.",
     ):
         assert step in out, f"missing {step!r} in:\n{out}"
+
+    # And tasks a worker had received before the pause were held and started after the resume
+    held = HELD.search(out)
+    assert held and int(held.group(1)) >= 1, out
 
     # And the summary says tasks ran, none during the pause, none lost
     (summary,) = SUMMARY.findall(out)
