@@ -35,6 +35,7 @@ from ..api.document import overview
 from ..errors import AlreadyPaused, ConfigurationError, InvalidInput, PauseError, StoreError
 from ..model.scope import NAMES
 from ..model.validation import parse_datetime, parse_duration
+from .backlog import render_backlog
 from .server import Request, Response, json_response, wsgi_app
 
 logger = logging.getLogger(__name__)
@@ -80,6 +81,7 @@ class AdminAPI:
             return Response(200, body, content_type, PAGE_HEADERS)
         routes: dict[tuple[str, str], Callable[[Request], Response]] = {
             ("GET", "/status"): self.get_status,
+            ("GET", "/metrics"): self.get_metrics,
             ("POST", "/pause"): self.post_pause,
             ("POST", "/resume"): self.post_resume,
         }
@@ -88,7 +90,9 @@ class AdminAPI:
             allowed = [method for method, path in routes if path == request.path]
             if allowed:
                 return json_response(405, {"error": f"use {allowed[0]}"}, (("Allow", allowed[0]),))
-            return json_response(404, {"error": "try GET /status, POST /pause, POST /resume"})
+            return json_response(
+                404, {"error": "try GET /status, GET /metrics, POST /pause, POST /resume"}
+            )
         refusal = self.authenticate(request)
         if refusal is not None:
             return refusal
@@ -136,6 +140,15 @@ class AdminAPI:
     # -- endpoints ----------------------------------------------------------------------
     def get_status(self, request: Request) -> Response:
         return json_response(200, self.status_document())
+
+    def get_metrics(self, request: Request) -> Response:
+        """The queues' backlog, and what of it can run, for autoscalers."""
+        view = overview(self.app, depths=self.queue_depths)
+        try:
+            body, content_type = render_backlog(view)
+        except ConfigurationError as exc:
+            return json_response(501, {"error": str(exc)})
+        return Response(200, body, content_type)
 
     def post_pause(self, request: Request) -> Response:
         body = _body(request, PAUSE_FIELDS)
