@@ -36,6 +36,7 @@ from ..errors import (
     StoreError,
 )
 from ..history import format_history
+from ..model.formatting import printable
 from ..model.scope import NAMES, Scope
 from ..model.state import BEAT_POLICIES
 from ..settings import config_for, setting_name
@@ -49,6 +50,7 @@ from .params import (
     check_timeout,
     flag_of,
     scope_options,
+    shared_store,
 )
 from .render import pause_lines, resume_lines, status_lines, timeout_lines
 from .serve import serve
@@ -98,6 +100,7 @@ def operator_errors(ctx: click.Context) -> Iterator[None]:
     """Turn celery-pause's errors into messages and exit codes, never a traceback."""
     app: Celery = ctx.obj.app
     hint = app_hint(ctx)
+    shared_store(app)
     try:
         yield
     except AlreadyPaused as exc:
@@ -238,7 +241,7 @@ def pause(
         except PauseTimeout as exc:
             progress.close()
             lines = timeout_lines(exc.timeout, exc.busy, progress.last, app_hint(ctx))
-            raise Unconfirmed("\n".join(lines)) from None
+            raise Unconfirmed("\n".join(printable(line) for line in lines)) from None
         except KeyboardInterrupt:
             progress.close()
             ctx.obj.error("Stopped waiting. The pause stays in effect.")
@@ -246,7 +249,7 @@ def pause(
         progress.close()
         if not wait:
             for line in pause_lines(result):
-                ctx.obj.echo(line)
+                ctx.obj.echo(printable(line))
         confirmations(ctx, result, waited=wait)
 
 
@@ -259,7 +262,7 @@ def confirmations(ctx: click.Context, result: PauseResult, *, waited: bool) -> N
     """Say who confirmed the pause, or warn that no live worker is there to apply it."""
     warning = ctx.obj.style("Warning:", fg="yellow", bold=True)
     for text in result.warnings:
-        ctx.obj.error(f"{warning} {text}.")
+        ctx.obj.error(f"{warning} {printable(text)}.")
     status = api.status(ctx.obj.app)
     workers = result.workers if waited else status.workers
     if not workers:
@@ -291,12 +294,12 @@ def status(ctx: click.Context, as_json: bool, with_history: bool) -> None:
     if as_json:
         click.echo(json.dumps(view.to_json(), indent=2))
         return
-    lines = status_lines(view)
+    lines = [printable(line) for line in status_lines(view)]
     state = cluster_state(view.status.paused)
     coloured = ctx.obj.style(state, fg=STATE_COLOURS.get(state, "yellow"), bold=True)
     lines[0] = lines[0].replace(state, coloured, 1)
     if view.history is not None:
-        lines.append(format_history(view.history))
+        lines.extend(printable(line) for line in format_history(view.history).splitlines())
     for line in lines:
         ctx.obj.echo(line)
 
@@ -353,4 +356,4 @@ def resume(
         lifted = (*result.removed, *result.cancelled)
         asked = lifted[0].scope if lifted else asked
     for line in resume_lines(result, asked, force=force):
-        ctx.obj.echo(line)
+        ctx.obj.echo(printable(line))

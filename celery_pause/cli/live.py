@@ -7,6 +7,7 @@ from collections.abc import Callable, Sequence
 from typing import TextIO
 
 from ..api.results import PauseResult
+from ..model.formatting import printable
 from ..model.report import WorkerReport
 from .render import pause_lines, progress_lines
 
@@ -68,5 +69,5 @@ class LiveProgress:
         self._height = 0
 
     def _write(self, lines: Sequence[str]) -> None:
-        self.stream.write("".join(line + "\n" for line in lines))
+        self.stream.write("".join(printable(line) + "\n" for line in lines))
         self.stream.flush()

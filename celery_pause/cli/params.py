@@ -8,11 +8,13 @@ from datetime import datetime, timedelta, timezone
 from typing import Any, TypeVar
 
 import click
+from celery import Celery
 
-from ..errors import InvalidInput
+from ..errors import ConfigurationError, InvalidInput
 from ..model.scope import DIMENSIONS
 from ..model.validation import check_names, parse_datetime, parse_duration
 from ..model.validation import check_reason as check_reason_text
+from ..settings import config_for, setting_name
 
 Command = TypeVar("Command", bound=Callable[..., Any])
 
@@ -98,6 +100,21 @@ def scope_options(command: Command) -> Command:
             metavar=f"{letter}1,{letter}2", help=dimension.help,
         )(command)  # fmt: skip
     return command
+
+
+def shared_store(app: Celery) -> None:
+    """Refuse a store that lives in this process alone (``memory://``): nothing this command
+    wrote or read there would reach the workers."""
+    try:
+        url = config_for(app).store_url
+    except ConfigurationError:
+        return  # said by the command itself, with the rest of the configuration's errors
+    if url.partition("://")[0] == "memory":
+        raise click.ClickException(
+            f"{setting_name(app, 'pause_store_url')} is memory://: that store lives inside one "
+            "process, so this command cannot reach the workers' pause state. Use a store every "
+            "process shares (redis://…, db+postgresql+psycopg://…, file:///dir for one host)."
+        )
 
 
 def flag_of(ctx: click.Context, name: str, *, short: bool = False) -> str:

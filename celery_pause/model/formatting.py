@@ -31,5 +31,14 @@ def format_duration(seconds: float) -> str:
 
 
 def clip(text: str, limit: int = SHOWN_TEXT) -> str:
-    """``text``, cut to ``limit`` characters with an ellipsis."""
-    return text if len(text) <= limit else text[:limit] + "…"
+    """``text``, cut to ``limit`` characters with an ellipsis, shown :func:`printable`."""
+    return printable(text if len(text) <= limit else text[:limit] + "…")
+
+
+def printable(text: str) -> str:
+    """``text`` with every control or other non-printable character written as its escape
+    (``\\x1b``, ``\\n``, ``\\u202e``), so that text from a store, a report or a caller can
+    never move a terminal's cursor, forge a line or reorder what follows."""
+    if text.isprintable():
+        return text
+    return "".join(ch if ch.isprintable() else ascii(ch)[1:-1] for ch in text)

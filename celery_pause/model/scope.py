@@ -16,7 +16,7 @@ from fnmatch import fnmatchcase, translate
 from functools import cached_property
 from typing import Any
 
-from .formatting import SHOWN_TEXT
+from .formatting import SHOWN_TEXT, printable
 
 Names = frozenset[str] | None
 """A dimension of a rule: the names it lists, or ``None`` for every name."""
@@ -319,7 +319,7 @@ def _sorted(names: Names) -> list[str] | None:
 
 
 def _listed(kind: str, names: frozenset[str]) -> str:
-    text = ", ".join(sorted(names))
+    text = printable(", ".join(sorted(names)))
     if len(text) > SHOWN_TEXT:
         text = f"{text[:SHOWN_TEXT]}… ({len(names)} {kind}s)"
     return (kind if len(names) == 1 else kind + "s") + " " + text

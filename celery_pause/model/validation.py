@@ -94,6 +94,11 @@ def check_names(names: Iterable[str] | str | None, kind: str) -> list[str] | Non
             raise InvalidInput(f"{kind} names must be non-empty strings, got {name!r}")
         if len(name) > MAX_NAME:
             raise InvalidInput(f"{kind} name longer than {MAX_NAME} characters")
+        if not name.isprintable():
+            raise InvalidInput(
+                f"{kind} names must be printable: {ascii(name)[:80]} holds a control or other "
+                "non-printable character"
+            )
     return [name.strip() for name in listed]
 
 
@@ -117,6 +122,8 @@ def check_operator(paused_by: str | None) -> str | None:
         raise InvalidInput(f"paused_by must be a string, got {type(paused_by).__name__}")
     if paused_by is not None and len(paused_by) > MAX_OPERATOR:
         raise InvalidInput(f"paused_by longer than {MAX_OPERATOR} characters ({len(paused_by)})")
+    if paused_by is not None and not paused_by.isprintable():
+        raise InvalidInput(f"paused_by must be printable, got {ascii(paused_by)[:80]}")
     return paused_by
 
 
@@ -132,8 +139,10 @@ def check_resume(
             if isinstance(resume_after, timedelta)
             else _seconds(resume_after, "resume_after")
         )
-        if not (seconds > 0 and math.isfinite(seconds)):
-            raise InvalidInput(f"resume_after must be positive and finite, got {resume_after!r}")
+        if not (0 < seconds <= MAX_DURATION.total_seconds()):  # NaN too
+            raise InvalidInput(
+                f"resume_after must be positive and finite, at most 366 days, got {resume_after!r}"
+            )
         return lambda now: now + seconds
     if resume_at is not None:
         at = (
@@ -143,7 +152,7 @@ def check_resume(
         )
         if not math.isfinite(at):
             raise InvalidInput(f"resume_at must be a finite time, got {resume_at!r}")
-        return lambda now: at
+        return lambda now: check_ahead("resume_at", at, now)
     return lambda now: None
 
 
@@ -160,6 +169,21 @@ def check_start(start_at: datetime | float | None) -> float | None:
     if not math.isfinite(at):
         raise InvalidInput(f"start_at must be a finite time, got {start_at!r}")
     return at
+
+
+def check_ahead(name: str, at: float, now: float) -> float:
+    """``at`` (store time) if it lies at most 366 days after ``now``."""
+    if at - now > MAX_DURATION.total_seconds():
+        raise InvalidInput(f"{name} is more than 366 days ahead: {at!r}")
+    return at
+
+
+def check_timeout(timeout: float) -> float:
+    """Seconds to wait: a positive, finite number."""
+    seconds = _seconds(timeout, "timeout")
+    if not (0 < seconds < math.inf):  # NaN too
+        raise InvalidInput(f"timeout must be a positive number of seconds, got {timeout!r}")
+    return seconds
 
 
 def check_beat(beat: str | None) -> str | None:
