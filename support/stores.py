@@ -21,19 +21,9 @@ import redis
 import sqlalchemy as sa
 
 from celery_pause.model.report import WorkerReport
-from celery_pause.stores import load_store_class
+from celery_pause.stores import base, load_store_class
 from celery_pause.stores.aliases import alias_for
-from celery_pause.stores.base import (
-    Change,
-    Event,
-    R,
-    Record,
-    RecordChange,
-    RecordUpdated,
-    Snapshot,
-    Store,
-    Updated,
-)
+from celery_pause.stores.base import R, Store
 from celery_pause.stores.file import FileStore
 from celery_pause.stores.memory import MemoryStore, forget_all
 from celery_pause.stores.redis import RedisStore
@@ -317,10 +307,10 @@ class ForwardingStore(Store):
     def now(self) -> float:
         return self.inner.now()
 
-    def read(self) -> Snapshot:
+    def read(self) -> base.Snapshot:
         return self.inner.read()
 
-    def update(self, change: Change[R]) -> Updated[R]:
+    def update(self, change: base.Change[R]) -> base.Updated[R]:
         return self.inner.update(change)
 
     def put_worker(self, report: WorkerReport) -> None:
@@ -341,16 +331,16 @@ class ForwardingStore(Store):
     def add_event(self, key: str, *, window: float, detail: str = "", limit: int = 1000) -> int:
         return self.inner.add_event(key, window=window, detail=detail, limit=limit)
 
-    def recent_events(self, key: str, *, window: float) -> list[Event]:
+    def recent_events(self, key: str, *, window: float) -> list[base.Event]:
         return self.inner.recent_events(key, window=window)
 
     def clear_events(self, key: str) -> None:
         self.inner.clear_events(key)
 
-    def read_record(self, key: str) -> Record | None:
+    def read_record(self, key: str) -> base.Record | None:
         return self.inner.read_record(key)
 
-    def update_record(self, key: str, change: RecordChange[R]) -> RecordUpdated[R]:
+    def update_record(self, key: str, change: base.RecordChange[R]) -> base.RecordUpdated[R]:
         return self.inner.update_record(key, change)
 
     def delete_record(self, key: str) -> None:

@@ -44,8 +44,8 @@ from ..model.state import BREAKER_PREFIX, Hold, PauseState
 from ..model.validation import check_queues, check_ramp
 from ..settings import config_for
 from ..stores import Store, store_for
-from ..stores.base import Record
-from .record import CLOSED, BreakerRecord, Decided, Policy, R, Rule
+from ..stores.base import Record, RecordUpdated
+from .record import CLOSED, BreakerRecord, Policy, R, Rule
 
 logger = logging.getLogger(__name__)
 
@@ -221,12 +221,16 @@ class CircuitBreaker:
         self, store: Store, transition: Callable[[BreakerRecord, float], BreakerRecord | None]
     ) -> tuple[BreakerRecord, bool]:
         """Apply ``transition`` to the record atomically; the record and whether it changed."""
-        done = self.decide(store, lambda record, now: Outcome(transition(record, now), None))
-        return done.record, done.changed
+        done = self._update(store, lambda record, now: Outcome(transition(record, now), None))
+        return BreakerRecord.from_json(self.name, done.record), done.changed
 
-    def decide(self, store: Store, rule: Rule[R]) -> Decided[R]:
-        """Apply ``rule`` to the record atomically; the record, whether it changed, and the
-        result of the attempt that committed."""
+    def decide(self, store: Store, rule: Rule[R]) -> tuple[BreakerRecord, R]:
+        """Apply ``rule`` to the record atomically; the record, and the result of the attempt
+        that committed."""
+        done = self._update(store, rule)
+        return BreakerRecord.from_json(self.name, done.record), done.result
+
+    def _update(self, store: Store, rule: Rule[R]) -> RecordUpdated[R]:
 
         def apply(data: Record | None, now: float) -> Outcome[Record, R]:
             try:
@@ -239,8 +243,7 @@ class CircuitBreaker:
             first = None if data is not None else record.with_policy(self.policy).to_json()
             return Outcome(first, outcome.result)
 
-        done = store.update_record(self.key, apply)
-        return Decided(BreakerRecord.from_json(self.name, done.record), done.changed, done.result)
+        return store.update_record(self.key, apply)
 
     # -- the hold -----------------------------------------------------------------------
     def place_hold(self, app: Celery, store: Store, record: BreakerRecord, paused_by: str) -> None:

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
-from typing import Any, Generic, TypeVar
+from typing import Any, TypeVar
 
 from ..model.jsonfields import optional_str, require_str
 from ..model.outcome import Outcome
@@ -265,13 +265,3 @@ def _opt_float(value: Any) -> float | None:
 
 Rule = Callable[[BreakerRecord, float], Outcome[BreakerRecord, R]]
 """Given the record and store time, the next record (``None``: no change) and a result."""
-
-
-@dataclass(frozen=True)
-class Decided(Generic[R]):
-    """A rule applied to the record: the record after it, whether it changed, and the
-    result of the attempt that committed."""
-
-    record: BreakerRecord
-    changed: bool
-    result: R

@@ -183,8 +183,7 @@ def task_failed(breaker: CircuitBreaker, task: Task, exc: BaseException) -> Base
             tripped = rec.trip(now, count, error, breaker.policy, hold_id) if may_trip else None
             return Outcome(tripped, TRIPPED if tripped is not None else "")
 
-        decided = breaker.decide(store, after_failure)
-        record = decided.record
+        record, happened = breaker.decide(store, after_failure)
         breaker.last_read = (time.monotonic(), record)
         if not may_trip and record.state == CLOSED:
             logger.error(
@@ -193,9 +192,9 @@ def task_failed(breaker: CircuitBreaker, task: Task, exc: BaseException) -> Base
                 breaker.name,
                 count,
             )
-        if decided.result == TRIPPED:
+        if happened == TRIPPED:
             breaker.place_hold(app, store, record, paused_by=request.hostname or "a worker")
-        elif decided.result == REOPENED:
+        elif happened == REOPENED:
             logger.warning(
                 "celery-pause: circuit %s: trial %s failed (%s); open again, next probe in %gs",
                 breaker.name,
