@@ -19,7 +19,7 @@ from ..model.state import PauseState
 
 LOG_NAME = re.compile(r"[a-z][a-z0-9_-]{0,63}\Z")
 KEY = re.compile(r"[A-Za-z0-9_.:@-]{1,200}\Z")
-PASSWORD = re.compile(r"(//[^/@:]*:)[^/@]*@")
+PASSWORD = re.compile(r"(//[^/@:]*:)[^@]*@")
 
 R = TypeVar("R")
 Record = dict[str, Any]

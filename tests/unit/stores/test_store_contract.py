@@ -94,6 +94,7 @@ def test_every_alias_loads_a_whole_store() -> None:
     "url",
     [
         f"redis://:{SECRET}@h:notaport/0",
+        f"redis://:pa/{SECRET}@h:notaport/0",
         f"rediss://:{SECRET}@h:99999999/0",
         f"db+postgresql+psycopg://u:{SECRET}@h:99999999/x",
         f"db+postgresql+psycopg://u:{SECRET}@h:notaport/x",
@@ -102,9 +103,18 @@ def test_every_alias_loads_a_whole_store() -> None:
         "sentinel://h:99999999;sentinel://h2:26379",
         f"nosuch://u:{SECRET}@h:notaport",
     ],
-    ids=["redis-port", "rediss-range", "sql-range", "sql-port", "file-path", "sentinel-port",
-         "sentinel-range", "unknown"],
-)  # fmt: skip
+    ids=[
+        "redis-port",
+        "redis-slash",
+        "rediss-range",
+        "sql-range",
+        "sql-port",
+        "file-path",
+        "sentinel-port",
+        "sentinel-range",
+        "unknown",
+    ],
+)
 def test_a_bad_url_is_a_configuration_error_without_the_password(url: str) -> None:
     with pytest.raises(ConfigurationError, match=r"^pause_store_url '") as caught:
         open_store(config(url))
