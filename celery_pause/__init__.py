@@ -62,6 +62,13 @@ __all__ = (
 
 def install(app: Celery) -> Celery:
     """Add :class:`PauseStep` to ``app``'s worker consumer: exactly
-    ``app.steps["consumer"].add(PauseStep)``."""
+    ``app.steps["consumer"].add(PauseStep)``.
+
+    Parameters:
+        app: The Celery app whose workers take part in the pause.
+
+    Returns:
+        ``app``, so that ``app = install(Celery(...))`` reads as one line.
+    """
     app.steps["consumer"].add(PauseStep)
     return app

@@ -210,6 +210,16 @@ def history(app: Celery, limit: int | None = None) -> list[HistoryEntry]:
 
     Includes a ``start`` entry for each scheduled hold whose start came, and an
     ``expire`` entry for each hold whose ``resume_at`` passed, while it was still in place.
+
+    Parameters:
+        app: The Celery app whose history to read.
+        limit: How many entries at most (every kept one, ``pause_history_size``, by default).
+
+    Returns:
+        The entries, newest first.
+
+    Raises:
+        StoreError: The store cannot be reached.
     """
     store = store_for(app)
     entries = [HistoryEntry.from_json(raw) for raw in store.read_log(HISTORY_LOG)]
@@ -258,7 +268,14 @@ def _derived(entry: HistoryEntry, action: str, at: float | None, **fields: Any) 
 
 
 def format_history(entries: Sequence[HistoryEntry]) -> str:
-    """The history as lines for a terminal, newest first (``pause status --history``)."""
+    """The history as lines for a terminal, newest first (``pause status --history``).
+
+    Parameters:
+        entries: The entries, as :func:`history` returns them.
+
+    Returns:
+        One line a change under a heading, or a line saying nothing is recorded yet.
+    """
     if not entries:
         return "History: nothing recorded yet"
     return "\n".join(["History (newest first):", *("  " + e.describe() for e in entries)])

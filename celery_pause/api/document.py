@@ -16,7 +16,7 @@ from celery import Celery
 
 from ..breaker.status import BreakerStatus, breaker_statuses
 from ..history import HistoryEntry, history
-from ..model.report import APPLIED, WorkerReport
+from ..model.report import PAUSED as WORKER_PAUSED
 from ..model.scope import Scope, Target
 from ..model.state import Hold, PauseState
 from ..model.windows import Window
@@ -107,17 +107,6 @@ def since(holds: Sequence[Hold]) -> float | None:
     return min((h.began for h in holds if h.began), default=None)
 
 
-def worker_state(report: WorkerReport, generation: int) -> str:
-    """``starting``, ``applying`` (behind), ``running``, ``pausing`` or ``paused``."""
-    if report.status != APPLIED:
-        return "starting"
-    if report.generation < generation:
-        return "applying"
-    if report.paused == []:
-        return "running"
-    return "pausing" if report.running else "paused"
-
-
 def status_queues(status: ClusterStatus, configured: Sequence[str]) -> list[str]:
     """Queues worth counting: the app's own, and every queue a hold or worker names."""
     names = set(configured)
@@ -137,7 +126,7 @@ def status_json(
 ) -> dict[str, Any]:
     """The documented ``pause status --json`` document (schema 1); ``history`` when given."""
     generation = status.state.generation
-    states = [worker_state(w, generation) for w in status.workers]
+    states = [w.state_for(generation) for w in status.workers]
     doc: dict[str, Any] = {
         "schema": JSON_SCHEMA,
         "state": cluster_state(status.paused),
@@ -150,33 +139,10 @@ def status_json(
         "scheduled": [hold.to_json() for hold in status.scheduled],
         "ramps": [ramp.status_json(status.now) for ramp in status.ramps],
         "windows": [window.to_json() for window in windows],
-        "workers": [
-            {
-                "hostname": w.hostname,
-                "pid": w.pid,
-                "state": state,
-                "generation": w.generation,
-                "paused_queues": w.paused if w.status == APPLIED else [],
-                "running": [
-                    {
-                        "id": task_id,
-                        "name": w.running_names[i] if i < len(w.running_names) else None,
-                    }
-                    for i, task_id in enumerate(w.running)
-                ],
-                "held": w.held,
-                "ramping": w.ramping,
-                "seen": w.seen,
-                "pool": w.pool or None,
-                "pause_guaranteed": w.guaranteed,
-                "pool_problem": w.pool_problem or None,
-                "as_of": w.as_of,
-            }
-            for w, state in zip(status.workers, states, strict=True)
-        ],
+        "workers": [w.status_json(generation) for w in status.workers],
         "totals": {
             "workers": len(status.workers),
-            "paused": states.count("paused"),
+            "paused": states.count(WORKER_PAUSED),
             "running_in_scope": sum(len(w.running) for w in status.workers),
             "held": sum(w.held for w in status.workers),
             "ramping": sum(w.ramping for w in status.workers),

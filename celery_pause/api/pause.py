@@ -1,4 +1,4 @@
-"""Pause: record a hold on a scope, tell the workers, and wait for quiet if asked."""
+"""Pause: check, place a hold (a pure rule), write, notify, record, then wait if asked."""
 
 from __future__ import annotations
 
@@ -10,12 +10,11 @@ from datetime import datetime, timedelta
 from celery import Celery
 
 from ..control import notify_workers
-from ..errors import AlreadyPaused, InvalidInput, PauseTimeout
+from ..errors import PauseTimeout
 from ..history import pause_entry, record
-from ..model.formatting import format_time
+from ..model.placing import Placing, place
 from ..model.report import WorkerReport
 from ..model.scope import Rule, Scope, Target
-from ..model.state import MANUAL, Hold, PauseState
 from ..model.validation import (
     check_beat,
     check_operator,
@@ -56,95 +55,100 @@ def pause(
     progress: Progress | None = None,
     notify: bool = True,
 ) -> PauseResult:
-    """Pause the tasks named ``tasks`` of ``queues`` on ``workers`` (each every one by default).
+    """Pause the tasks of ``queues``, named ``tasks``, on ``workers``: a hold on that scope.
 
-    Task and worker names may be shell-style patterns (``proj.billing.*``, ``w1@*``).
-    A name or pattern that matches no task this app knows, or no live worker, is
-    recorded all the same, with a warning in the result.
+    The hold is recorded in the store (a pure rule, :func:`~celery_pause.model.placing.place`,
+    decides the next state), the workers are told, the history records it, and with
+    ``wait=True`` the call returns only once the cluster is quiet in the scope.
 
-    ``start_at`` (a datetime, or seconds since the epoch on the store's clock) schedules
-    the pause: it is recorded now, every worker learns it in advance and applies it at
-    that time without a command; ``resume_after`` then counts from the start. ``beat``
-    (``"queue"`` or ``"skip"``, default ``pause_beat_default``) says whether ``celery beat``
-    keeps sending periodic tasks of the scope while the hold is active.
+    Parameters:
+        app: The Celery app whose cluster to pause.
+        reason: Why, shown by ``pause status`` and recorded in the history.
+        paused_by: Who pauses; ``user@host`` of this process by default.
+        queues: The queues to pause (every one by default).
+        tasks: The task names to pause (every one by default); shell-style patterns
+            (``proj.billing.*``) allowed. A paused task type is held by each worker's gate
+            while the rest of its queue flows.
+        workers: The workers to pause (every one by default); patterns (``w1@*``) allowed.
+            The scope is the intersection of ``queues``, ``tasks`` and ``workers``; a name
+            that matches no registered task or no live worker is recorded all the same, with
+            a warning in :attr:`PauseResult.warnings`.
+        resume_after: Resume by itself that long after the start (a ``timedelta`` or
+            seconds).
+        resume_at: Resume by itself at that time (a ``datetime``, naive meaning local time,
+            or seconds since the epoch on the store's clock); it must lie ahead.
+        start_at: Schedule the pause (a ``datetime`` or seconds since the epoch on the
+            store's clock): it is recorded now, every worker learns it in advance and
+            applies it at that time without a command; ``resume_after`` counts from there.
+        beat: ``"queue"`` or ``"skip"`` (default ``pause_beat_default``): whether
+            ``celery beat`` keeps sending periodic tasks of the scope while the hold is
+            active.
+        force: Replace a manual hold that overlaps the scope (and, for scheduled holds, the
+            time) instead of raising :class:`AlreadyPaused`.
+        wait: Return only once every live worker (starting ones included) has applied the
+            pause and runs no task of the paused scope; for a scheduled pause, wait for its
+            start first.
+        timeout: Seconds to wait with ``wait=True`` (counted from the start of a scheduled
+            pause).
+        progress: Called with the recorded pause and the live workers' reports at every
+            poll of the wait.
+        notify: Broadcast ``pause_refresh``; with ``False`` the workers learn of the pause
+            at their next poll (``pause_poll_interval``).
 
-    With ``wait=True`` return only once every live worker has applied the pause
-    and runs no task of the paused scope (for a scheduled pause: wait for its start,
-    then for that); raise :class:`PauseTimeout` naming the busy workers if that takes
-    longer than ``timeout`` seconds (the pause stays).
-    Raises :class:`AlreadyPaused` if a manual hold overlaps the scope (and, for
-    scheduled holds, the time), unless ``force=True``, which replaces it. ``progress`` is
-    called at every poll of the wait. With ``notify=False`` no broadcast is sent and
-    workers learn of the pause at their next poll (``pause_poll_interval``).
+    Returns:
+        The recorded pause; with ``wait=True``, the workers that confirmed it.
+
+    Raises:
+        AlreadyPaused: A manual hold overlaps the scope, and ``force`` is not set.
+        PauseTimeout: The wait took longer than ``timeout``; ``.busy`` maps each busy
+            worker to the task ids it still runs. The pause stays.
+        InvalidInput: An argument is out of bounds, or a start or resume time is not ahead.
+        StoreError: The store cannot be reached.
     """
-    scope = Scope.of(check_queues(queues), tasks=check_tasks(tasks), workers=check_workers(workers))
-    reason = check_reason(reason)
-    after = check_resume(resume_after, resume_at)
-    start = check_start(start_at)
-    policy = check_beat(beat) or config_for(app).beat_default
-    by = check_operator(paused_by) or default_operator()
-    replaced: list[Hold] = []
-
-    def add_hold(state: PauseState, now: float) -> PauseState:
-        if start is not None and start <= now:
-            raise InvalidInput(
-                f"start_at {format_time(start)} is not in the future (now {format_time(now)})"
-            )
-        until = after(now if start is None else start)
-        if until is not None and start is None and until <= now:
-            raise InvalidInput(
-                f"resume_at {format_time(until)} is not in the future (now {format_time(now)})"
-            )
-        if until is not None and start is not None and until <= start:
-            raise InvalidInput(
-                f"resume_at {format_time(until)} is not after start_at {format_time(start)}"
-            )
-        hold = Hold(
-            scope=scope,
-            source=MANUAL,
-            paused_by=by,
-            reason=reason,
-            paused_at=now,
-            resume_at=until,
-            start_at=start,
-            beat=policy,
-        )
-        live = state.live_holds(now)
-        conflicts = [
-            other
-            for other in live
-            if other.manual and other.scope.overlaps(scope) and other.overlaps_in_time(hold, now)
-        ]
-        if conflicts and not force:
-            raise AlreadyPaused(conflicts)
-        replaced[:] = conflicts
-        return state.with_holds([*(h for h in live if h not in conflicts), hold])
-
+    placing = Placing(
+        scope=Scope.of(
+            check_queues(queues), tasks=check_tasks(tasks), workers=check_workers(workers)
+        ),
+        reason=check_reason(reason),
+        resume_at=check_resume(resume_after, resume_at),
+        start_at=check_start(start_at),
+        beat=check_beat(beat) or config_for(app).beat_default,
+        by=check_operator(paused_by) or default_operator(),
+        force=force,
+    )
     store = store_for(app)
-    snapshot, _ = store.update(add_hold)
+    done = store.update(lambda state, now: place(state, now, placing))
     if notify:
         notify_workers(app)
+    placed = done.result
+    live = store.live_reports(config_for(app).worker_ttl, done.snapshot.now)
     result = PauseResult(
-        snapshot.state.holds[-1],
-        snapshot.state.generation,
-        tuple(replaced),
-        warnings=unmatched(
-            app, scope.rule, store.live_reports(config_for(app).worker_ttl, snapshot.now)
-        ),
+        placed.hold,
+        done.snapshot.state.generation,
+        placed.replaced,
+        warnings=unmatched(app, placing.scope.rule, live),
     )
     for warning in result.warnings:
         logger.warning("celery-pause: %s", warning)
-    record(app, pause_entry(result.hold, result.generation, replaced))
+    record(app, pause_entry(result.hold, result.generation, placed.replaced))
     if not wait:
         return result
+    return confirmed(app, result, placing.start_at, timeout, progress)
+
+
+def confirmed(
+    app: Celery, result: PauseResult, start: float | None, timeout: float, progress: Progress | None
+) -> PauseResult:
+    """``result`` with the workers that confirmed it: wait for a scheduled ``start``, then for
+    quiet; :class:`PauseTimeout` (carrying ``result``) after ``timeout`` seconds."""
     watch = None if progress is None else lambda workers: progress(result, workers)
     if start is not None:
         wait_for_start(app, start)
     try:
-        confirmed = wait_until_quiet(app, result.generation, timeout, watch, since=start)
+        workers = wait_until_quiet(app, result.generation, timeout, watch, since=start)
     except PauseTimeout as exc:
         raise PauseTimeout(exc.timeout, exc.busy, paused=result) from None
-    return replace(result, workers=tuple(confirmed))
+    return replace(result, workers=tuple(workers))
 
 
 def unmatched(app: Celery, rule: Rule, live: Sequence[WorkerReport]) -> tuple[str, ...]:

@@ -13,7 +13,20 @@ from .results import ClusterStatus
 
 def status(app: Celery) -> ClusterStatus:
     """The holds (with the maintenance windows' occurrences), the paused scope and every
-    live worker's report."""
+    live worker's report.
+
+    Parameters:
+        app: The Celery app whose cluster to read.
+
+    Returns:
+        The holds (``holds``: active ones, windows' occurrences included; ``scheduled``:
+        those that start later), the effective paused scope, and every live worker's
+        report (hostname, applied generation, paused queues, running task ids in scope,
+        held count, last seen, ``as_of``).
+
+    Raises:
+        StoreError: The store cannot be reached.
+    """
     store = store_for(app)
     snapshot = store.read()
     state = in_force(app, snapshot)

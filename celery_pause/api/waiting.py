@@ -39,6 +39,23 @@ def wait_until_quiet(
     A report of a generation above the stored one predates a reset of the state
     (the state was lost, or unreadable and then repaired, which restarts the
     count): that worker has not read the current state yet, so it is not quiet.
+
+    Parameters:
+        app: The Celery app whose workers to wait for.
+        generation: The generation of the state every live worker must have applied
+            (:attr:`PauseResult.generation`, :attr:`ResumeResult.generation`).
+        timeout: Seconds to wait at most.
+        progress: Called with the live workers' reports at every poll.
+        since: A store time the workers' read of the state must be as recent as (the
+            start of a scheduled pause).
+
+    Returns:
+        The live workers' reports, every one quiet.
+
+    Raises:
+        PauseTimeout: Some worker was not quiet within ``timeout``; ``.busy`` maps each
+            to the task ids it still runs.
+        StoreError: The store cannot be reached.
     """
     store = store_for(app)
     ttl = config_for(app).worker_ttl

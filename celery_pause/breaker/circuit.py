@@ -37,6 +37,7 @@ from celery import Celery
 from ..control import notify_workers
 from ..errors import InvalidInput, StoreError
 from ..model.formatting import format_time
+from ..model.outcome import Outcome
 from ..model.ramp import count_sharers
 from ..model.scope import Scope
 from ..model.state import BREAKER_PREFIX, Hold, PauseState
@@ -49,7 +50,8 @@ from ..model.validation import (
 )
 from ..settings import config_for
 from ..stores import Store, store_for
-from .record import CLOSED, BreakerRecord, Policy
+from ..stores.base import Record, RecordUpdated
+from .record import CLOSED, BreakerRecord, Policy, R, Rule
 
 logger = logging.getLogger(__name__)
 
@@ -184,17 +186,17 @@ class CircuitBreaker:
         """
         store = store_for(app)
 
-        def drop(state: PauseState, now: float) -> PauseState | None:
+        def drop(state: PauseState, now: float) -> Outcome[PauseState, None]:
             kept = [hold for hold in state.holds if hold.source != self.source]
             ramps = any(ramp.source == self.source for ramp in state.ramps)
             if len(kept) == len(state.holds) and not ramps:
-                return None
-            return state.with_holds(kept).without_ramps(self.source)
+                return Outcome(None, None)
+            return Outcome(state.with_holds(kept).without_ramps(self.source), None)
 
-        _, changed = store.update(drop)
+        dropped = store.update(drop)
         store.delete_record(self.key)
         store.clear_events(self.key)
-        if changed:
+        if dropped.changed:
             notify_workers(app)
         logger.warning("celery-pause: circuit %s reset", self.name)
 
@@ -224,20 +226,30 @@ class CircuitBreaker:
     def change(
         self, store: Store, transition: Callable[[BreakerRecord, float], BreakerRecord | None]
     ) -> tuple[BreakerRecord, bool]:
-        """Apply ``transition`` to the record atomically."""
+        """Apply ``transition`` to the record atomically; the record and whether it changed."""
+        done = self._update(store, lambda record, now: Outcome(transition(record, now), None))
+        return BreakerRecord.from_json(self.name, done.record), done.changed
 
-        def apply(data: dict[str, Any] | None, now: float) -> dict[str, Any] | None:
+    def decide(self, store: Store, rule: Rule[R]) -> tuple[BreakerRecord, R]:
+        """Apply ``rule`` to the record atomically; the record, and the result of the attempt
+        that committed."""
+        done = self._update(store, rule)
+        return BreakerRecord.from_json(self.name, done.record), done.result
+
+    def _update(self, store: Store, rule: Rule[R]) -> RecordUpdated[R]:
+
+        def apply(data: Record | None, now: float) -> Outcome[Record, R]:
             try:
                 record = BreakerRecord.from_json(self.name, data)
             except ValueError as exc:
                 raise StoreError(str(exc)) from None
-            following = transition(record, now)
-            if following is None:
-                return None if data is not None else record.with_policy(self.policy).to_json()
-            return following.with_policy(self.policy).to_json()
+            outcome = rule(record, now)
+            if outcome.value is not None:
+                return Outcome(outcome.value.with_policy(self.policy).to_json(), outcome.result)
+            first = None if data is not None else record.with_policy(self.policy).to_json()
+            return Outcome(first, outcome.result)
 
-        data, changed = store.update_record(self.key, apply)
-        return BreakerRecord.from_json(self.name, data), changed
+        return store.update_record(self.key, apply)
 
     # -- the hold -----------------------------------------------------------------------
     def place_hold(self, app: Celery, store: Store, record: BreakerRecord, paused_by: str) -> None:
@@ -253,9 +265,9 @@ class CircuitBreaker:
 
         scope = self.hold_scope(app)
 
-        def add(state: PauseState, now: float) -> PauseState | None:
+        def add(state: PauseState, now: float) -> Outcome[PauseState, None]:
             if any(hold.id == hold_id for hold in state.holds):
-                return None
+                return Outcome(None, None)
             hold = Hold(
                 scope=scope,
                 source=self.source,
@@ -265,11 +277,12 @@ class CircuitBreaker:
                 id=hold_id,
             )
             # The pause wins over a ramp anyway; dropped, a forced resume cannot revive it.
-            return state.with_holds([*state.live_holds(now), hold]).without_ramps(self.source)
+            following = state.with_holds([*state.live_holds(now), hold])
+            return Outcome(following.without_ramps(self.source), None)
 
-        _, added = store.update(add)
+        added = store.update(add)
         self.change(store, lambda rec, now: rec.placed(hold_id))
-        if added:
+        if added.changed:
             notify_workers(app)
             logger.warning("celery-pause: %s", reason)
 
@@ -284,19 +297,20 @@ class CircuitBreaker:
         reports = store.live_reports(config.worker_ttl, store.now()) if ramping else []
         hosts = [report.hostname for report in reports]
 
-        def drop(state: PauseState, now: float) -> PauseState | None:
+        def drop(state: PauseState, now: float) -> Outcome[PauseState, None]:
             dropped = [hold for hold in state.holds if hold.id == hold_id]
             if not dropped:
-                return None
+                return Outcome(None, None)
             following = state.with_holds(h for h in state.holds if h.id != hold_id)
             scope = dropped[0].scope
             ramp = ramping and ramping.ramp_on(
                 scope, config.ramp_peak, count_sharers(scope, hosts), self.source
             )
-            return following.with_ramp(ramp, now) if ramp and ramp.live(now) else following
+            return Outcome(
+                following.with_ramp(ramp, now) if ramp and ramp.live(now) else following, None
+            )
 
-        _, dropped = store.update(drop)
-        if dropped:
+        if store.update(drop).changed:
             notify_workers(app)
 
     def after_close(self, app: Celery, store: Store, record: BreakerRecord) -> None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping, Sequence
 
-from ..api.document import Depths, Overview, WindowStatus, cluster_state, since, worker_state
+from ..api.document import Depths, Overview, WindowStatus, cluster_state, since
 from ..api.results import ClusterStatus, PauseResult, ResumeResult
 from ..model.formatting import format_duration, format_time
 from ..model.ramp import Ramp
@@ -267,7 +267,7 @@ def workers_lines(status: ClusterStatus) -> list[str]:
     generation = status.state.generation
     if not workers:
         return [f"Workers: none live (reports in {status.store})"]
-    states = [worker_state(w, generation) for w in workers]
+    states = [w.state_for(generation) for w in workers]
     running = sum(len(w.running) for w in workers)
     head = f"Workers: {len(workers)} live"
     if status.paused:

@@ -8,6 +8,8 @@ from typing import Any
 
 STARTING = "starting"
 APPLIED = "applied"
+APPLYING, RUNNING, PAUSING, PAUSED = "applying", "running", "pausing", "paused"
+"""A worker's state in the status document, besides ``starting``."""
 
 
 @dataclass(frozen=True)
@@ -51,6 +53,42 @@ class WorkerReport:
             and (since is None or self.as_of >= since)
             and not self.running
         )
+
+    def state_for(self, generation: int) -> str:
+        """``starting``, ``applying`` (behind ``generation``), ``running``, ``pausing`` or
+        ``paused``."""
+        if self.status != APPLIED:
+            return STARTING
+        if self.generation < generation:
+            return APPLYING
+        if self.paused == []:
+            return RUNNING
+        return PAUSING if self.running else PAUSED
+
+    def status_json(self, generation: int) -> dict[str, Any]:
+        """This worker in the status document (schema 1), the state's generation being
+        ``generation``."""
+        return {
+            "hostname": self.hostname,
+            "pid": self.pid,
+            "state": self.state_for(generation),
+            "generation": self.generation,
+            "paused_queues": self.paused if self.status == APPLIED else [],
+            "running": [
+                {
+                    "id": task_id,
+                    "name": self.running_names[i] if i < len(self.running_names) else None,
+                }
+                for i, task_id in enumerate(self.running)
+            ],
+            "held": self.held,
+            "ramping": self.ramping,
+            "seen": self.seen,
+            "pool": self.pool or None,
+            "pause_guaranteed": self.guaranteed,
+            "pool_problem": self.pool_problem or None,
+            "as_of": self.as_of,
+        }
 
     def encode(self) -> bytes:
         return json.dumps(asdict(self), separators=(",", ":")).encode()

@@ -14,9 +14,9 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import sqlalchemy as sa
-from kombu.utils.url import sanitize_url
 
-from ...errors import ConfigurationError, StoreError
+from ...errors import StoreError
+from ..base import bad_url, display
 
 SCHEME = "db+"
 FAMILIES = ("postgresql", "mysql", "mariadb", "sqlite")
@@ -42,36 +42,34 @@ class Retry(Exception):
 def open_engine(url: str, *, timeout: float) -> sa.Engine:
     """An engine for the ``db+`` store ``url``; :class:`ConfigurationError` if the URL,
     the database kind or its driver is not usable. Connects lazily."""
-    shown = sanitize_url(url)
     try:
         parsed = sa.engine.make_url(url[len(SCHEME) :])
-    except sa.exc.ArgumentError:
-        raise ConfigurationError(f"pause_store_url {shown!r} is not a SQLAlchemy URL") from None
+        port = parsed.port
+    except (sa.exc.ArgumentError, ValueError):
+        raise bad_url(url, "is not a SQLAlchemy URL") from None
+    if port is not None and not 0 < port < 65536:
+        raise bad_url(url, f"has port {port}, outside 1-65535")
     family = parsed.get_backend_name()
     if family not in FAMILIES:
-        raise ConfigurationError(
-            f"pause_store_url {shown!r}: the SQL store supports PostgreSQL, MySQL/MariaDB "
-            f"and SQLite, not {family!r}"
+        raise bad_url(
+            url, f": the SQL store supports PostgreSQL, MySQL/MariaDB and SQLite, not {family!r}"
         )
     if family == "sqlite" and parsed.database in (None, "", ":memory:"):
-        raise ConfigurationError(
-            f"pause_store_url {shown!r} needs a file (db+sqlite:///path/to/file.db); "
-            "for a store inside one process use memory://"
+        raise bad_url(
+            url,
+            "needs a file (db+sqlite:///path/to/file.db); "
+            "for a store inside one process use memory://",
         )
     try:
         engine = sa.create_engine(parsed, **_options(family, timeout))
     except sa.exc.NoSuchModuleError:
-        raise ConfigurationError(
-            f"pause_store_url {shown!r}: SQLAlchemy has no driver {parsed.drivername!r}"
-        ) from None
+        raise bad_url(url, f": SQLAlchemy has no driver {parsed.drivername!r}") from None
     except ImportError as exc:
         hint = DRIVER_HINTS.get(family, "install the database driver")
         driver = exc.name or parsed.drivername
-        raise ConfigurationError(
-            f"pause_store_url {shown!r} needs the driver {driver!r}: {hint}"
-        ) from None
+        raise bad_url(url, f"needs the driver {driver!r}: {hint}") from None
     except sa.exc.ArgumentError as exc:
-        raise ConfigurationError(f"pause_store_url {shown!r}: {exc}"[:300]) from None
+        raise bad_url(url, f": {exc}"[:300]) from None
     if family == "sqlite":
         _immediate_writes(engine)
     elif family in ("mysql", "mariadb"):
@@ -146,9 +144,9 @@ def failing(url: str) -> Iterator[None]:
     except sa.exc.DBAPIError as exc:
         if _retryable(exc):
             raise Retry() from None
-        raise StoreError(f"pause store {sanitize_url(url)} failed: {_detail(url, exc)}") from None
+        raise StoreError(f"pause store {display(url)} failed: {_detail(url, exc)}") from None
     except sa.exc.SQLAlchemyError as exc:
-        raise StoreError(f"pause store {sanitize_url(url)} failed: {_detail(url, exc)}") from None
+        raise StoreError(f"pause store {display(url)} failed: {_detail(url, exc)}") from None
 
 
 def _retryable(exc: sa.exc.DBAPIError) -> bool:

@@ -26,9 +26,13 @@ from ..base import (
     Change,
     ClockOffset,
     Event,
+    R,
+    Record,
     RecordChange,
+    RecordUpdated,
     Snapshot,
     Store,
+    Updated,
     check_key,
     check_log_name,
     decode_entry,
@@ -62,6 +66,10 @@ class SqlStore(Store):
         self._ready_lock = threading.Lock()
         self._clock = ClockOffset(self._server_time)
 
+    @classmethod
+    def open(cls, url: str, prefix: str, *, timeout: float, options: Mapping[str, Any]) -> SqlStore:
+        return cls(url, prefix, timeout=timeout)
+
     # -- the contract -----------------------------------------------------------------------
     def now(self) -> float:
         with self._failing():
@@ -71,16 +79,15 @@ class SqlStore(Store):
         raw = self._run(lambda conn: self._get(conn, STATE, STATE), write=False)
         return Snapshot(PauseState.decode(raw), self.now())
 
-    def update(self, change: Change) -> tuple[Snapshot, bool]:
-        def work(conn: sa.Connection) -> tuple[Snapshot, bool]:
+    def update(self, change: Change[R]) -> Updated[R]:
+        def work(conn: sa.Connection) -> Updated[R]:
             raw, exists = self._lock(conn, STATE, STATE)
             current = PauseState.decode(raw)
             now = clock(conn)
-            following = change(current, now)
-            if following is None:
-                return Snapshot(current, now), False
-            self._put(conn, STATE, STATE, following.encode().decode(), exists=exists)
-            return Snapshot(following, now), True
+            outcome = change(current, now)
+            if outcome.value is not None:
+                self._put(conn, STATE, STATE, outcome.value.encode().decode(), exists=exists)
+            return Updated.of(current, now, outcome)
 
         return self._run(work)
 
@@ -145,21 +152,21 @@ class SqlStore(Store):
     def clear_events(self, key: str) -> None:
         self._run(lambda conn: self._delete(conn, EVENTS, check_key(key)))
 
-    def read_record(self, key: str) -> dict[str, Any] | None:
+    def read_record(self, key: str) -> Record | None:
         raw = self._run(lambda conn: self._get(conn, RECORD, check_key(key)), write=False)
         return decode_record(key, raw)
 
-    def update_record(self, key: str, change: RecordChange) -> tuple[dict[str, Any] | None, bool]:
+    def update_record(self, key: str, change: RecordChange[R]) -> RecordUpdated[R]:
         check_key(key)
 
-        def work(conn: sa.Connection) -> tuple[dict[str, Any] | None, bool]:
+        def work(conn: sa.Connection) -> RecordUpdated[R]:
             raw, exists = self._lock(conn, RECORD, key)
             current = decode_record(key, raw)
-            following = change(current, clock(conn))
-            if following is None:
-                return current, False
-            self._put(conn, RECORD, key, encode_record(following).decode(), exists=exists)
-            return following, True
+            outcome = change(current, clock(conn))
+            if outcome.value is not None:
+                data = encode_record(outcome.value).decode()
+                self._put(conn, RECORD, key, data, exists=exists)
+            return RecordUpdated.of(current, outcome)
 
         return self._run(work)
 

@@ -13,6 +13,7 @@ from celery import Celery
 import celery_pause
 from celery_pause.breaker.agent import BreakerAgent
 from celery_pause.breaker.record import CLOSED, OPEN
+from celery_pause.model.outcome import Outcome
 from celery_pause.model.state import Hold, PauseState
 from celery_pause.stores import store_for
 from support.harness import REDIS_BROKER, REDIS_STORE
@@ -51,7 +52,7 @@ def tripped(app: Celery, breaker: celery_pause.CircuitBreaker, opened_ago: float
 
 
 def add_hold(app: Celery, hold: Hold) -> None:
-    store_for(app).update(lambda state, now: state.with_holds([*state.holds, hold]))
+    store_for(app).update(lambda state, now: Outcome(state.with_holds([*state.holds, hold]), None))
 
 
 def holds(app: Celery) -> list[Hold]:
@@ -89,7 +90,7 @@ def test_a_removed_hold_closes_the_breaker_and_a_stale_one_is_dropped(app: Celer
     # When an operator's forced resume removes the breaker's hold (and their own)
     celery_pause.pause(app, queues=["payments"], reason="again", force=True)
     store_for(app).update(
-        lambda state, now: state.with_holds(h for h in state.holds if h.id != "h1")
+        lambda state, now: Outcome(state.with_holds(h for h in state.holds if h.id != "h1"), None)
     )
     record = agent.reconcile(breaker)
 

@@ -18,6 +18,7 @@ from click.testing import CliRunner, Result
 
 import celery_pause
 from celery_pause import cli
+from celery_pause.model.outcome import Outcome
 from celery_pause.model.scope import Scope
 from celery_pause.model.state import Hold, PauseState
 from celery_pause.stores import store_for
@@ -64,8 +65,9 @@ def watch_unchanged(probe: Callable[[], object], seconds: float) -> None:
 def add_breaker_hold(cluster: Cluster, queue: str) -> None:
     breaker = Hold(scope=Scope.of([queue]), source="breaker:smtp", reason="5 errors in 60s")
 
-    def add(state: PauseState, now: float) -> PauseState:
-        return state.with_holds([*state.live_holds(now), replace(breaker, paused_at=now)])
+    def add(state: PauseState, now: float) -> Outcome[PauseState, None]:
+        following = state.with_holds([*state.live_holds(now), replace(breaker, paused_at=now)])
+        return Outcome(following, None)
 
     store_for(cluster.app).update(add)
 

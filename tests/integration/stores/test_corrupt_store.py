@@ -11,6 +11,7 @@ import redis
 
 import celery_pause
 from celery_pause import api
+from celery_pause.control import notify_workers
 from celery_pause.errors import PauseTimeout
 from celery_pause.model.scope import EVERYTHING, Scope
 from celery_pause.model.state import UNREADABLE, Hold, PauseState
@@ -118,7 +119,7 @@ def test_a_wait_after_a_repair_is_not_fooled_by_older_generations(
 
         # When the worker is told to re-read; Then the wait succeeds and no task starts
         generation = celery_pause.status(cluster.app).state.generation
-        api.notify_workers(cluster.app)
+        notify_workers(cluster.app)
         api.wait_until_quiet(cluster.app, generation, timeout=30)
         since = time.time()
         cluster.send("paused")

@@ -18,6 +18,7 @@ from celery import Celery
 
 import celery_pause
 from celery_pause.errors import ConfigurationError, PauseError, StoreError
+from celery_pause.model.outcome import Outcome
 from celery_pause.model.scope import EVERYTHING
 from celery_pause.model.state import Hold
 from celery_pause.settings import config_for
@@ -44,7 +45,7 @@ def setup(tmp_path: Path) -> Iterator[SentinelSetup]:
 
 
 def pause_everything(state, now):  # type: ignore[no-untyped-def]
-    return state.with_holds([*state.holds, Hold(scope=EVERYTHING, paused_at=now)])
+    return Outcome(state.with_holds([*state.holds, Hold(scope=EVERYTHING, paused_at=now)]), None)
 
 
 def paused(app: Celery) -> bool:
@@ -120,8 +121,7 @@ def test_a_state_change_no_replica_acknowledges_is_an_error(tmp_path: Path) -> N
         lenient = SentinelStore(
             setup.url, "q", options={"master_name": MASTER, "wait_replicas": 0}, timeout=0.3
         )
-        _, changed = lenient.update(pause_everything)
-        assert changed
+        assert lenient.update(pause_everything).changed
 
 
 def test_a_sentinel_broker_doubles_as_the_store(setup: SentinelSetup) -> None:

@@ -18,6 +18,7 @@ import sqlalchemy as sa
 
 import celery_pause
 from celery_pause.errors import ConfigurationError, SchemaError, StoreError
+from celery_pause.model.outcome import Outcome
 from celery_pause.settings import PauseConfig
 from celery_pause.stores import open_store
 from celery_pause.stores.sql.schema import SCHEMA_VERSION
@@ -69,7 +70,11 @@ def test_a_newer_schema_version_is_refused_and_nothing_is_written(tmp_path: Path
 
     # When this release opens the store; Then every use fails clearly, as a store error
     store = SqlStore(url, "app")
-    for use in (store.read, store.init, lambda: store.update(lambda s, now: s.with_holds(()))):
+    for use in (
+        store.read,
+        store.init,
+        lambda: store.update(lambda s, now: Outcome(s.with_holds(()), None)),
+    ):
         with pytest.raises(SchemaError, match="schema version 2, newer than this celery-pause"):
             use()
     assert issubclass(SchemaError, StoreError)  # a worker holds every queue on it

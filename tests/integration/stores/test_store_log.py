@@ -9,6 +9,7 @@ import pytest
 import redis
 
 from celery_pause.errors import InvalidInput
+from celery_pause.model.outcome import Outcome
 from celery_pause.model.state import PauseState
 from celery_pause.stores.base import Store
 from celery_pause.stores.redis import RedisStore
@@ -75,8 +76,8 @@ def test_appending_does_not_disturb_atomic_updates(store: Store) -> None:
     # Given threads that increase the state's generation and threads that append
     rounds = 25
 
-    def bump(state: PauseState, now: float) -> PauseState:
-        return state.with_holds(state.holds)
+    def bump(state: PauseState, now: float) -> Outcome[PauseState, None]:
+        return Outcome(state.with_holds(state.holds), None)
 
     def updater() -> None:
         for _ in range(rounds):

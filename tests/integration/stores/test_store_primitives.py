@@ -9,6 +9,7 @@ import pytest
 import redis
 
 from celery_pause.errors import InvalidInput, StoreError
+from celery_pause.model.outcome import Outcome
 from celery_pause.stores.base import Store
 from celery_pause.stores.file import FileStore
 from celery_pause.stores.memory import MemoryStore
@@ -24,8 +25,8 @@ def add_events(store: Store, key: str) -> list[int]:
 
 
 def increment(store: Store, key: str) -> None:
-    def bump(record: dict[str, Any] | None, now: float) -> dict[str, Any]:
-        return {"n": (record or {"n": 0})["n"] + 1}
+    def bump(record: dict[str, Any] | None, now: float) -> Outcome[dict[str, Any], None]:
+        return Outcome({"n": (record or {"n": 0})["n"] + 1}, None)
 
     for _ in range(EACH):
         store.update_record(key, bump)
@@ -91,14 +92,16 @@ def test_records_are_created_changed_listed_and_deleted(store: Store) -> None:
     assert store.read_record("breaker:r") is None
 
     # When one is created, and a change that declines is applied
-    created, changed = store.update_record("breaker:r", lambda rec, now: {"at": now, "v": 1})
-    same, unchanged = store.update_record("breaker:r", lambda rec, now: None)
+    made = store.update_record("breaker:r", lambda rec, now: Outcome({"at": now, "v": 1}, 1))
+    kept = store.update_record("breaker:r", lambda rec, now: Outcome(None, 2))
+    created, same = made.record, kept.record
 
     # Then the record is stored as JSON, and the declined change wrote nothing
-    assert changed and not unchanged
+    assert made.changed and not kept.changed
+    assert (made.result, kept.result) == (1, 2)
     assert created == same == store.read_record("breaker:r")
     assert created is not None and created["v"] == 1 and created["at"] > 0
-    store.update_record("other:s", lambda rec, now: {"v": 2})
+    store.update_record("other:s", lambda rec, now: Outcome({"v": 2}, None))
     assert store.record_keys("breaker:") == ["breaker:r"]
     assert store.record_keys() == ["breaker:r", "other:s"]
 
@@ -126,16 +129,16 @@ def test_an_unreadable_record_is_an_error_and_stays_as_it_is(store: Store, raw: 
     with pytest.raises(StoreError, match="breaker:bad"):
         store.read_record("breaker:bad")
     with pytest.raises(StoreError, match="breaker:bad"):
-        store.update_record("breaker:bad", lambda rec, now: {"state": "closed"})
+        store.update_record("breaker:bad", lambda rec, now: Outcome({"state": "closed"}, None))
     with pytest.raises(StoreError):
         store.read_record("breaker:bad")
 
 
 def test_only_json_objects_and_plain_keys_are_accepted(store: Store) -> None:
     with pytest.raises(InvalidInput, match="JSON"):
-        store.update_record("breaker:x", lambda rec, now: {"v": object()})
+        store.update_record("breaker:x", lambda rec, now: Outcome({"v": object()}, None))
     with pytest.raises(InvalidInput, match="object"):
-        store.update_record("breaker:x", lambda rec, now: [1])  # type: ignore[arg-type,return-value]
+        store.update_record("breaker:x", lambda rec, now: Outcome([1], None))  # type: ignore[arg-type]
     with pytest.raises(InvalidInput, match="store key"):
         store.add_event("../escape", window=1)
     with pytest.raises(InvalidInput, match="store key"):
@@ -184,7 +187,7 @@ def test_exactly_one_of_many_racing_processes_gets_a_lease(shared_spec: Spec) ->
 def test_everything_lives_under_the_store_prefix(store_spec: Spec, store: Store) -> None:
     # Given one of each
     store.add_event("breaker:p", window=60)
-    store.update_record("breaker:p", lambda rec, now: {"v": 1})
+    store.update_record("breaker:p", lambda rec, now: Outcome({"v": 1}, None))
     store.acquire_lease("breaker:p", "me", 30)
 
     # Then every key (or file) carries the store's prefix

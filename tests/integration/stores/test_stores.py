@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from celery_pause.errors import StoreError
+from celery_pause.model.outcome import Outcome
 from celery_pause.model.report import APPLIED, WorkerReport
 from celery_pause.model.scope import EVERYTHING, Scope
 from celery_pause.model.state import Hold, PauseState
@@ -21,8 +22,11 @@ PROCESSES, EACH = 4, 50
 
 
 def add(scope: Scope, **fields: object):  # type: ignore[no-untyped-def]
-    def change(state: PauseState, now: float) -> PauseState:
-        return state.with_holds([*state.holds, Hold(scope=scope, paused_at=now, **fields)])
+    """A change adding a hold on ``scope``; its result is the hold added."""
+
+    def change(state: PauseState, now: float) -> Outcome[PauseState, Hold]:
+        hold = Hold(scope=scope, paused_at=now, **fields)
+        return Outcome(state.with_holds([*state.holds, hold]), hold)
 
     return change
 
@@ -35,12 +39,12 @@ def test_empty_store_reads_as_running_generation_zero(store: Store) -> None:
 
 def test_update_persists_and_increments_the_generation(store: Store) -> None:
     # When two holds are added one after the other
-    first, changed = store.update(add(Scope.of(["a"]), reason="one"))
-    second, _ = store.update(add(Scope.of(["b"]), reason="two"))
+    first = store.update(add(Scope.of(["a"]), reason="one"))
+    second = store.update(add(Scope.of(["b"]), reason="two"))
 
     # Then both are stored, in order, under growing generations
-    assert changed
-    assert (first.state.generation, second.state.generation) == (1, 2)
+    assert first.changed
+    assert (first.snapshot.state.generation, second.snapshot.state.generation) == (1, 2)
     read = store.read().state
     assert [h.reason for h in read.holds] == ["one", "two"]
     assert read.paused(store.now()) == Scope.of(["a", "b"])
@@ -48,15 +52,16 @@ def test_update_persists_and_increments_the_generation(store: Store) -> None:
 
 def test_update_returning_none_changes_nothing(store: Store) -> None:
     store.update(add(EVERYTHING))
-    snapshot, changed = store.update(lambda state, now: None)
-    assert not changed
-    assert snapshot.state.generation == 1 == store.read().state.generation
+    kept = store.update(lambda state, now: Outcome(None, "unchanged"))
+    assert not kept.changed
+    assert kept.result == "unchanged"
+    assert kept.snapshot.state.generation == 1 == store.read().state.generation
 
 
 def test_update_error_leaves_the_state_untouched(store: Store) -> None:
     store.update(add(EVERYTHING, reason="keep"))
 
-    def fail(state: PauseState, now: float) -> PauseState:
+    def fail(state: PauseState, now: float) -> Outcome[PauseState, None]:
         raise RuntimeError("refused")
 
     with pytest.raises(RuntimeError):
@@ -66,8 +71,11 @@ def test_update_error_leaves_the_state_untouched(store: Store) -> None:
 
 def bump(store: Store, rounds: int) -> list[int]:
     """``rounds`` updates that each only move the generation on; the generations seen."""
-    return [store.update(lambda s, now: s.with_holds(s.holds))[0].state.generation
-            for _ in range(rounds)]  # fmt: skip
+
+    def move_on(state: PauseState, now: float) -> Outcome[PauseState, int]:
+        return Outcome(state.with_holds(state.holds), state.generation + 1)
+
+    return [store.update(move_on).result for _ in range(rounds)]
 
 
 def test_concurrent_processes_lose_no_update(shared_spec: Spec) -> None:
@@ -98,10 +106,31 @@ def test_concurrent_updates_lose_nothing(store: Store) -> None:
     assert state.generation == 80
 
 
+def test_update_returns_the_result_of_the_attempt_that_committed(store: Store) -> None:
+    # Given 8 threads each adding holds at once, so that attempts collide and run again
+    results: list[tuple[Hold, PauseState]] = []
+
+    def writer(n: int) -> None:
+        for i in range(10):
+            updated = store.update(add(Scope.of([f"q{n}-{i}"])))
+            results.append((updated.result, updated.snapshot.state))
+
+    threads = [threading.Thread(target=writer, args=(n,)) for n in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+
+    # Then each result is the hold its committed state ends with, never one of a lost attempt
+    assert all(state.holds[-1] == hold for hold, state in results)
+    stored = {hold.id for hold in store.read().state.holds}
+    assert {hold.id for hold, _ in results} == stored
+
+
 def test_store_clock_orders_auto_resume(store: Store) -> None:
-    snapshot, _ = store.update(add(EVERYTHING, resume_at=store.now() - 1))
+    snapshot = store.update(add(EVERYTHING, resume_at=store.now() - 1)).snapshot
     assert not snapshot.state.paused(store.now())
-    snapshot, _ = store.update(add(EVERYTHING, resume_at=store.now() + 60))
+    snapshot = store.update(add(EVERYTHING, resume_at=store.now() + 60)).snapshot
     assert snapshot.state.paused(store.now()) == EVERYTHING
 
 

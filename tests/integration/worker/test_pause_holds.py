@@ -9,6 +9,7 @@ import pytest
 
 import celery_pause
 from celery_pause import PauseTimeout, WorkerReport
+from celery_pause.model.outcome import Outcome
 from celery_pause.model.scope import EVERYTHING
 from celery_pause.model.state import Hold, PauseState
 from celery_pause.stores import store_for
@@ -138,10 +139,12 @@ def test_a_lost_push_is_caught_up_by_polling(cluster: Cluster) -> None:
     worker = cluster.worker("w1")
     worker.wait_applied()
 
-    def add_hold(state: PauseState, now: float) -> PauseState:
-        return state.with_holds([*state.holds, Hold(scope=EVERYTHING, paused_at=now)])
+    def add_hold(state: PauseState, now: float) -> Outcome[PauseState, None]:
+        return Outcome(
+            state.with_holds([*state.holds, Hold(scope=EVERYTHING, paused_at=now)]), None
+        )
 
-    snapshot, _ = store_for(cluster.app).update(add_hold)
+    snapshot = store_for(cluster.app).update(add_hold).snapshot
     began = time.monotonic()
 
     # Then the worker applies it by polling, within a poll interval or so

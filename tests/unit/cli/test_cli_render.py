@@ -10,7 +10,7 @@ import click
 import pytest
 from celery import Celery
 
-from celery_pause.api.document import Overview, status_json, status_queues, worker_state
+from celery_pause.api.document import Overview, status_json, status_queues
 from celery_pause.api.results import ClusterStatus, PauseResult, ResumeResult
 from celery_pause.cli.commands import masked
 from celery_pause.cli.live import LiveProgress
@@ -233,7 +233,7 @@ def test_queues_counted_are_the_apps_and_those_holds_and_workers_name() -> None:
     ],
 )
 def test_worker_state(fields: dict[str, object], state: str) -> None:
-    assert worker_state(report("w@h", **fields), 42) == state
+    assert report("w@h", **fields).state_for(42) == state
 
 
 def test_pause_and_resume_outcomes() -> None:

@@ -9,7 +9,7 @@ import pytest
 from celery import Celery
 from celery.schedules import crontab, schedule
 
-from celery_pause.model.lifting import Lifted, lift_hold, lift_scope
+from celery_pause.model.lifting import lift_hold, lift_scope
 from celery_pause.model.recurrence import next_start
 from celery_pause.model.scope import Scope, Target
 from celery_pause.model.state import UNREADABLE, Hold, PauseState
@@ -110,15 +110,14 @@ def test_windows_join_the_state_read_and_are_lifted_by_markers_only() -> None:
     assert in_force.paused(now).covers(Target(queue="reports")) and in_force.generation == 4
 
     # When the current occurrence is lifted by its window's name
-    lifted = Lifted()
-    changed = lift_hold(
-        stored, now, "window:nightly", force=False, windows=[window()], lifted=lifted
-    )
+    lifted = lift_hold(stored, now, "window:nightly", force=False, windows=[window()])
+    changed = lifted.value
+    assert changed is not None
 
     # Then only a marker is written, and the window no longer pauses until tomorrow
     assert changed.holds == () and changed.skipped_until("nightly") == at("2027-01-15 03:00:00")
     assert not with_windows(changed, [window()], now).paused(now)
-    assert [h.began for h in lifted.removed] == [at("2027-01-15 02:00:00")]
+    assert [h.began for h in lifted.result.removed] == [at("2027-01-15 02:00:00")]
     assert (
         with_windows(changed, [window()], now + DAY)
         .paused(now + DAY)
@@ -127,10 +126,8 @@ def test_windows_join_the_state_read_and_are_lifted_by_markers_only() -> None:
 
     # And a resume by scope leaves the window alone unless forced
     assert (
-        lift_scope(
-            stored, now, Scope.of(["reports"]), force=False, windows=[window()], lifted=lifted
-        )
+        lift_scope(stored, now, Scope.of(["reports"]), force=False, windows=[window()]).value
         is None
     )
-    forced = lift_scope(stored, now, Scope.of(), force=True, windows=[window()], lifted=lifted)
+    forced = lift_scope(stored, now, Scope.of(), force=True, windows=[window()]).value
     assert forced is not None and forced.skipped_until("nightly") == at("2027-01-15 03:00:00")
