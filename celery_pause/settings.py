@@ -14,8 +14,6 @@ from .model.state import BEAT_POLICIES
 from .model.validation import check_count, check_options, check_port, check_positive
 from .model.windows import Window, parse_windows
 
-REDIS_SCHEMES = ("redis", "rediss", "unix")
-SENTINEL_SCHEME = "sentinel"
 DEFAULTS: dict[str, Any] = {
     "pause_store_url": None,
     "pause_store_transport_options": None,
@@ -56,6 +54,10 @@ class PauseConfig:
     store_options: dict[str, Any] = field(default_factory=dict)
     """Options of a ``sentinel://`` store: ``pause_store_transport_options``, or the
     broker's transport options when the broker doubles as the store."""
+    store_from_broker: bool = False
+    """Whether ``store_url`` is the broker's (no ``pause_store_url`` set)."""
+    store_setting: str = "pause_store_url"
+    """``pause_store_url`` as the app's configuration spells it, for messages."""
     green_loop_wait: float = DEFAULTS["pause_green_loop_wait"]
     beat_default: str = DEFAULTS["pause_beat_default"]
     windows: tuple[Window, ...] = ()
@@ -69,17 +71,15 @@ class PauseConfig:
         if prefix is None:
             prefix = f"celery-pause:{app.main or 'default'}"
         poll_interval = read.positive("pause_poll_interval")
-        if read.values["pause_store_url"]:
-            store_url = read.values["pause_store_url"]
-            store_options = read.options("pause_store_transport_options")
-        else:
-            store_url = _store_from_broker(app)
-            store_options = read.options("broker_transport_options")
+        given = read.values["pause_store_url"]
+        options = "pause_store_transport_options" if given else "broker_transport_options"
         beat_default = read.beat("pause_beat_default")
         warn_after = read.values["pause_warn_after"]
         return cls(
-            store_url=store_url,
-            store_options=store_options,
+            store_url=str(given or _broker_url(app)),
+            store_from_broker=not given,
+            store_setting=read.name("pause_store_url"),
+            store_options=read.options(options),
             key_prefix=str(prefix),
             poll_interval=poll_interval,
             max_hold=_bounded_hold(app, read.positive("pause_max_hold")),
@@ -159,19 +159,12 @@ def config_for(app: Celery) -> PauseConfig:
     return cached
 
 
-def _store_from_broker(app: Celery) -> str:
+def _broker_url(app: Celery) -> str:
+    """The broker URL (the first of a failover list); empty when none is set."""
     broker = app.conf.broker_url or ""
     if isinstance(broker, (list, tuple)):
         broker = broker[0] if broker else ""
-    scheme = str(broker).partition("://")[0]
-    if scheme in (*REDIS_SCHEMES, SENTINEL_SCHEME):
-        return str(broker)
-    raise ConfigurationError(
-        f"celery-pause needs a store: set {setting_name(app, 'pause_store_url')} (redis://…, "
-        "db+postgresql+psycopg://…, file:///dir, …); "
-        f"only a Redis (or Sentinel) broker doubles as the store, and this broker is "
-        f"{scheme or 'unset'!r}"
-    )
+    return str(broker)
 
 
 def _bounded_hold(app: Celery, max_hold: float) -> float:

@@ -11,6 +11,7 @@ import pytest
 
 import celery_pause
 from celery_pause import cli
+from celery_pause.model.outcome import Outcome
 from celery_pause.model.scope import Scope
 from celery_pause.model.state import Hold
 from celery_pause.stores import store_for
@@ -48,7 +49,7 @@ def test_status_escapes_what_the_store_holds(world: Cluster) -> None:
         scope=Scope.of([FORGED]), reason="deploy\x1b[1A\rState: RUNNING", paused_by="m\x1b[31m"
     )
     store_for(world.app).update(
-        lambda state, now: state.with_holds([replace(hostile, paused_at=now)])
+        lambda state, now: Outcome(state.with_holds([replace(hostile, paused_at=now)]), None)
     )
 
     # When the status is shown as text and as JSON
