@@ -41,8 +41,7 @@ class BreakerStep(bootsteps.StartStopStep):
         if self.admission is None:
             return
         if self.agent is not None:
-            self.admission.consumer = c  # a reconnect: same agent, new loop
-            return
+            return  # a reconnect: the same consumer, and the agent runs on
         c.pause_state.serve_breakers(sorted(self.breakers))
         c.pause_sync.publish_now()
         self.agent = BreakerAgent(

@@ -14,6 +14,7 @@ from types import ModuleType
 from typing import Any
 
 from ..errors import ConfigurationError
+from ..model.ramp import Ramp
 from ..model.state import Hold
 from ..worker.view import Observed, WorkerView
 
@@ -166,22 +167,20 @@ def ramps(view: WorkerView) -> Iterator[Any]:
         "Task messages waiting for a ramped resume's start rate right now.",
         value=float(view.ramping),
     )
-    yield _with(
-        _gauge(
+    for name, documentation, measure in (
+        (
             "celery_pause_ramp_progress",
             "How far each ramped resume in force has come, 0 to 1, by source and ramp id.",
-            labels=["source", "ramp"],
+            Ramp.progress,
         ),
-        (([r.source, r.id], r.progress(view.now)) for r in view.ramps),
-    )
-    yield _with(
-        _gauge(
+        (
             "celery_pause_ramp_rate",
             "The cluster's start rate (tasks/s) each ramped resume allows now.",
-            labels=["source", "ramp"],
+            Ramp.rate,
         ),
-        (([r.source, r.id], r.rate(view.now)) for r in view.ramps),
-    )
+    ):
+        family = _gauge(name, documentation, labels=["source", "ramp"])
+        yield _with(family, (([r.source, r.id], measure(r, view.now)) for r in view.ramps))
 
 
 def breakers(view: WorkerView) -> Iterator[Any]:

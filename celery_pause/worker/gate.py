@@ -89,7 +89,7 @@ class Gate:
         self.greenlets = greenlets
         self._started: weakref.WeakSet[Request] = weakref.WeakSet()
         self._phase = phase_of(hostname)
-        self.ramps: tuple[Share, ...] = ()
+        self._shares: tuple[Share, ...] = ()
         """This worker's shares of the ramped resumes in force (set on the consumer loop)."""
         self._waiting: list[tuple[Request, float]] = []
         """Requests let through by the pause, waiting for their ramp, in arrival order."""
@@ -109,8 +109,8 @@ class Gate:
         """
         with self._lock:
             self._scope = scope
-        shares = {share.ramp.id: share for share in self.ramps}
-        self.ramps = tuple(shares.get(r.id) or Share(r, self._phase) for r in ramps)
+        shares = {share.ramp.id: share for share in self._shares}
+        self._shares = tuple(shares.get(r.id) or Share(r, self._phase) for r in ramps)
 
     def close(self, scope: Scope) -> None:
         """Also hold ``scope`` from now on (from any thread: only the loop opens the gate)."""
@@ -124,7 +124,7 @@ class Gate:
     def __call__(self, request: Request) -> Any:
         # On the consumer loop, where alone a scope opens (on green pools also the store
         # greenlet, but greenlets switch only where they block): no lock needed to decide.
-        if not (self._scope.rules or self.ramps):  # every task passes this way: keep it short
+        if not (self._scope.rules or self._shares):  # every task passes this way: keep it short
             return self._handler(request)
         if self.blocks(request):
             if self.drains(request):
@@ -139,7 +139,7 @@ class Gate:
 
     def _waits(self, request: Request, since: float) -> bool:
         """Whether ``request`` must wait for its ramp (it then waits in the gate)."""
-        if not self.ramps or (not self._waiting and self._ramp_allows(request)):
+        if not self._shares or (not self._waiting and self._ramp_allows(request)):
             return False
         self._waiting.append((request, since))
         if len(self._waiting) == 1:
@@ -149,14 +149,14 @@ class Gate:
     def _ramp_allows(self, request: Request) -> bool:
         """Whether every ramp covering ``request`` lets one more task start now."""
         target, now = self.target(request), self.clock()
-        shares = [s for s in self.ramps if s.ramp.scope.covers(target)]
+        shares = [s for s in self._shares if s.ramp.scope.covers(target)]
         return all([share.take(now) for share in shares])
 
     def pump(self) -> int:
         """On the consumer loop: start the waiting requests their ramps allow now, in
         arrival order; hold those a pause has closed the gate on since."""
         now = self.clock()
-        self.ramps = tuple(share for share in self.ramps if share.ramp.live(now))
+        self._shares = tuple(share for share in self._shares if share.ramp.live(now))
         waiting, self._waiting = self._waiting, []
         starting, drained = [], []
         with self._lock:
@@ -180,7 +180,7 @@ class Gate:
         """Store time the next waiting request may start, if any waits."""
         if not self._waiting:
             return None
-        return min((share.next_start() for share in self.ramps), default=self.clock())
+        return min((share.next_start() for share in self._shares), default=self.clock())
 
     def _hold(self, request: Request, since: float | None = None) -> None:
         """Hold ``request`` (under the lock) in arrival order; ``since`` when held before."""
