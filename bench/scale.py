@@ -5,7 +5,7 @@
     python bench/scale.py --workers 1000 --store-url db+postgresql+psycopg://root@127.0.0.1/test
 
 Each simulated worker runs the worker's own store thread and report code
-(:class:`celery_pause.worker.sync.StoreSync` with a real :class:`Gate`), many per
+(:class:`celery_pause.worker.sync.StoreSync` with a real state and :class:`Gate`), many per
 process, against a private ``redis-server`` (or the store URL given). Only the
 Celery consumer is left out: a change read from the store is applied at once, as
 :class:`ApplyStep` does on a worker with nothing running in scope. Figures:
@@ -41,6 +41,8 @@ from celery_pause.settings import config_for  # noqa: E402
 from celery_pause.stores import Snapshot, Store, open_store  # noqa: E402
 from celery_pause.worker.gate import Gate  # noqa: E402
 from celery_pause.worker.pools import PREFORK, PoolSupport  # noqa: E402
+from celery_pause.worker.snapshot import WorkerSnapshot  # noqa: E402
+from celery_pause.worker.state import StoreClock, WorkerState  # noqa: E402
 from celery_pause.worker.sync import StoreSync  # noqa: E402
 from support.redis_server import RedisServer  # noqa: E402
 from support.stores import ForwardingStore  # noqa: E402
@@ -70,26 +72,20 @@ class Witness(ForwardingStore):
 
 
 class SimulatedWorker:
-    """One worker's store thread and gate, applying each change at once."""
+    """One worker's store thread, state and gate, applying each change at once."""
 
     def __init__(self, app: Celery, store: Store, hostname: str) -> None:
         self.hostname = hostname
-        self.gate = Gate(lambda request: None, lambda request: "default", hostname=hostname)
-        self.applied: tuple[int, Any] | None = None
-        self.witness = Witness(store)
-        self.sync = StoreSync(
-            store=self.witness,
-            config=config_for(app),
-            hostname=hostname,
-            gate=self.gate,
-            pool=PoolSupport(PREFORK),
-            applied=lambda: self.applied,
-            as_of=lambda: 0.0,
-            breakers=lambda: (),
-            deliver=self.deliver,
-            return_expired=lambda: None,
-            pump=lambda: None,
+        clock = StoreClock()
+        self.gate = Gate(
+            lambda request: None, lambda request: "default", hostname=hostname, clock=clock.now
         )
+        self.state = WorkerState(
+            hostname=hostname, pool=PoolSupport(PREFORK), gate=self.gate, clock=clock
+        )
+        self.witness = Witness(store)
+        self.max_hold = config_for(app).max_hold
+        self.sync = StoreSync(store=self.witness, config=config_for(app), worker=self)
 
     def start(self) -> None:
         snapshot = self.sync.read_once()
@@ -97,13 +93,24 @@ class SimulatedWorker:
             self.deliver(snapshot)
         self.sync.start()
 
+    def snapshot(self) -> WorkerSnapshot:
+        return self.state.snapshot()
+
     def deliver(self, snapshot: Snapshot) -> None:
-        scope = snapshot.state.paused(snapshot.now).for_worker(self.hostname)
-        latest = (snapshot.state.generation, scope)
-        if latest != self.applied:
-            self.gate.scope = scope
-            self.applied = latest
+        delivered = self.state.deliver(snapshot.state, snapshot.now)
+        if delivered is not None:
+            self.gate.hold_to(delivered.applied.scope)
+            self.state.mark_applied(delivered.applied, as_of=delivered.as_of)
             self.sync.publish_now()
+
+    def store_failed(self) -> None:
+        self.state.store_failed()
+
+    def return_expired(self) -> None:
+        self.gate.return_expired(self.max_hold)
+
+    def pump(self) -> None:
+        self.gate.pump()
 
 
 def run_workers(store_url: str, first: int, count: int, ready: Any, commands: Any) -> None:

@@ -147,9 +147,6 @@ def censor_store_url() -> None:
         )
 
 
-censor_store_url()
-
-
 def config_for(app: Celery) -> PauseConfig:
     """The app's settings, read on first use and cached on the app."""
     cached: PauseConfig | None = getattr(app, "_celery_pause_config", None)
