@@ -32,7 +32,10 @@ DEFAULTS: dict[str, Any] = {
     "pause_beat_default": "queue",
     "pause_windows": None,
     "pause_ramp_peak": 100.0,
+    "pause_readyz_when_paused": "fail",
 }
+READYZ_WHEN_PAUSED = ("fail", "report")
+"""``/readyz`` of a fully paused worker: 503 (``fail``), or 200 saying so (``report``)."""
 
 
 @dataclass(frozen=True)
@@ -63,6 +66,7 @@ class PauseConfig:
     windows: tuple[Window, ...] = ()
     ramp_peak: float = DEFAULTS["pause_ramp_peak"]
     """The cluster's start rate (tasks per second) at the end of a ramped resume."""
+    readyz_when_paused: str = DEFAULTS["pause_readyz_when_paused"]
 
     @classmethod
     def from_app(cls, app: Celery) -> PauseConfig:
@@ -94,6 +98,7 @@ class PauseConfig:
             green_loop_wait=min(read.positive("pause_green_loop_wait"), 2.0),
             beat_default=beat_default,
             ramp_peak=read.positive("pause_ramp_peak"),
+            readyz_when_paused=read.choice("pause_readyz_when_paused", READYZ_WHEN_PAUSED),
             windows=parse_windows(
                 read.values["pause_windows"], app, beat_default, read.name("pause_windows")
             ),
@@ -131,9 +136,13 @@ class _Reader:
         return check_options(self.name(key), self.app.conf.get(key), error=ConfigurationError)
 
     def beat(self, key: str) -> str:
+        return self.choice(key, BEAT_POLICIES)
+
+    def choice(self, key: str, choices: tuple[str, ...]) -> str:
         value = self.values[key]
-        if value not in BEAT_POLICIES:
-            raise ConfigurationError(f"{self.name(key)} must be 'queue' or 'skip', got {value!r}")
+        if value not in choices:
+            named = " or ".join(repr(choice) for choice in choices)
+            raise ConfigurationError(f"{self.name(key)} must be {named}, got {value!r}")
         return str(value)
 
 

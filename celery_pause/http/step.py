@@ -37,7 +37,12 @@ class HttpStep(bootsteps.StartStopStep):
         if self._tried or port is None:
             return  # serve once: the server outlives reconnects of the consumer
         self._tried = True
-        self.server = serve_probes(c.pause_monitor, self.config.http_host, port)
+        self.server = serve_probes(
+            c.pause_monitor,
+            self.config.http_host,
+            port,
+            report_pause=self.config.readyz_when_paused == "report",
+        )
 
     def shutdown(self, c: Consumer) -> None:
         if self.server is not None:

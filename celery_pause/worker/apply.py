@@ -23,6 +23,7 @@ from celery.worker.consumer import Consumer
 from celery.worker.consumer.tasks import Tasks
 
 from .. import signals
+from ..errors import ConfigurationError, WorkerRefused
 from ..model.scope import EVERYTHING, NOTHING, Scope, Target
 from ..routing import QueueResolver
 from ..settings import config_for
@@ -49,8 +50,17 @@ class ApplyStep(bootsteps.StartStopStep):
     def __init__(self, c: Consumer, **kwargs: Any) -> None:
         super().__init__(c, **kwargs)
         self.pool: PoolSupport = support_for(c)
-        self.config = config_for(c.app)
-        self.store = store_for(c.app)
+        try:
+            self.config = config_for(c.app)
+            self.store = store_for(c.app)
+        except ConfigurationError as exc:
+            raise WorkerRefused(f"celery-pause: {exc}") from None
+        if self.config.store_url.partition("://")[0] == "memory":
+            logger.warning(
+                "celery-pause: %s is memory://: the pause state lives in this worker alone; "
+                "no CLI, admin API or other worker can pause it",
+                self.config.store_setting,
+            )
         self.consumer = c
         self._started = False
         clock = StoreClock()
@@ -104,7 +114,15 @@ class ApplyStep(bootsteps.StartStopStep):
                 self.store.display_url,
             )
             return UNREAD
-        return self.state.starts_with(snapshot.state, snapshot.now)
+        applied = self.state.starts_with(snapshot.state, snapshot.now)
+        paused = applied.scope.describe() if applied.scope else "nothing"
+        logger.info(
+            "celery-pause: active; store %s, generation %d, paused: %s",
+            self.store.display_url,
+            applied.generation,
+            paused,
+        )
+        return applied
 
     def stop(self, c: Consumer) -> None:
         # Connection lost or worker stopping: hand held messages back while we can;

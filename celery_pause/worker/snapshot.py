@@ -70,6 +70,10 @@ class WorkerSnapshot:
     """Reserved requests the gate does not hold (taken only while something is paused)."""
     store_now: float
     """The store's clock when it was taken, as this worker estimates it."""
+    active: int = 0
+    """Tasks running, in a paused scope or not (Celery's active requests)."""
+    reserved: int = 0
+    """Tasks received and not finished: running, waiting for a slot, or held."""
 
     def running(self, scope: Scope | None) -> tuple[InFlight, ...]:
         """The requests of ``scope`` that may be running."""
@@ -104,6 +108,8 @@ class WorkerSnapshot:
             running=tuple(t.id for t in tasks),
             running_names=tuple(t.name for t in tasks),
             held=self.gate.held,
+            active=self.active,
+            reserved=self.reserved,
             ramping=self.gate.waiting,
             seen=seen,
             breakers=self.breakers,

@@ -13,6 +13,8 @@ import threading
 import time
 from collections.abc import Iterable
 
+from celery.worker import state as worker_state
+
 from ..model.ramp import Ramp
 from ..model.state import Hold, PauseState
 from .gate import Gate
@@ -184,4 +186,6 @@ class WorkerState:
             gate=self._gate.figures(),
             in_flight=self._gate.in_flight() if tasks and paused else (),
             store_now=self.clock.now(),
+            active=len(worker_state.active_requests),
+            reserved=len(worker_state.reserved_requests),
         )

@@ -56,7 +56,7 @@ def test_pause_status_resume_through_celery(world: Cluster) -> None:
     assert text.returncode == 0, text.stderr
     assert text.stdout.startswith("State: PAUSED (all queues) since ")
     assert '  hold  manual  on all queues  by alice@ops  "Deploying v2.0"' in text.stdout
-    assert f"  {worker.hostname}  paused  applied gen 1  running 0" in text.stdout
+    assert f"  {worker.hostname}  paused  applied gen 1  running 0 (0 in scope)" in text.stdout
     doc = json.loads(celery(world, "pause", "status", "--json").stdout)
     assert (doc["state"], doc["generation"], doc["totals"]["paused"]) == ("PAUSED", 1, 1)
 

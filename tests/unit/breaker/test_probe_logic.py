@@ -95,6 +95,23 @@ def test_a_worker_holding_everything_for_an_unreadable_state_says_so() -> None:
     assert doc["holds"] == []
 
 
+def test_a_fully_paused_worker_fails_readyz_or_reports_the_pause_as_configured() -> None:
+    # Given a worker with every queue it consumes paused by an operator
+    hold = Hold(scope=EVERYTHING, paused_by="ann", reason="deploy", paused_at=time.time() - 5)
+    monitor = StandIn(view(scope=EVERYTHING, holds=(hold,), since=hold.paused_at))
+    probe = Request(method="GET", path="/readyz", headers={}, body=b"", host="127.0.0.1")
+
+    # When probed with the default (fail), Then it is not ready: a load balancer drains it
+    failing = Probes(monitor)(probe)  # type: ignore[arg-type]
+    assert (failing.status, body(failing)["ready"], body(failing)["paused"]) == (503, False, True)
+
+    # When probed with pause_readyz_when_paused = "report", Then it stays ready and says why
+    reporting = Probes(monitor, report_pause=True)(probe)  # type: ignore[arg-type]
+    doc = body(reporting)
+    assert (reporting.status, doc["ready"], doc["paused"]) == (200, True, True)
+    assert (doc["reason"], doc["paused_by"], doc["paused_queues"]) == ("deploy", "ann", ["a", "b"])
+
+
 def test_not_connected_is_not_ready_and_a_stalled_loop_is_not_alive() -> None:
     # Given a worker not connected to its broker, When probed, Then not ready
     response = get(StandIn(view(connected=False)), "/readyz")
