@@ -1,6 +1,6 @@
 """Throughput of a task type whose queue-mate is paused, against nothing paused.
 
-    python bench/task_scope.py [--tasks 1000] [--rounds 4] [--json]
+    python -m bench.task_scope [--tasks 1000] [--rounds 4] [--json]
 
 On Redis (127.0.0.1:6379) and RabbitMQ (127.0.0.1:5672), one real prefork worker
 (concurrency 2, Celery's default prefetch) drains a backlog of one task type
@@ -18,15 +18,13 @@ import json
 import sys
 import tempfile
 from pathlib import Path
-from statistics import median
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
-import celery_pause  # noqa: E402
-from support.harness import AMQP_BROKER, REDIS_BROKER, Cluster, wait_for  # noqa: E402
-from support.proj import OTHER_TASK, RECORD_TASK  # noqa: E402
+import celery_pause
+from bench.stats import median
+from support.harness import AMQP_BROKER, REDIS_BROKER, Cluster, wait_for
+from support.processes import raise_on_sigterm
+from support.proj import OTHER_TASK, RECORD_TASK
 
 HELD = 40
 """Messages of the paused type sent ahead of each drain: five times the prefetch window."""
@@ -104,6 +102,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=4)
     parser.add_argument("--json", action="store_true", help="one JSON object on stdout")
     args = parser.parse_args()
+    raise_on_sigterm()
     results = {
         name: measure(broker, args.tasks, args.rounds)
         for name, broker in (("redis", REDIS_BROKER), ("rabbitmq", AMQP_BROKER))
