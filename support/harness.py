@@ -11,7 +11,7 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any, TypeVar
@@ -22,6 +22,7 @@ from celery import Celery
 
 import celery_pause
 
+from .processes import track
 from .proj import RECORD_TASK, RECORDS_URL, make_app
 from .stores import REDIS_STORE, purge
 
@@ -75,6 +76,7 @@ def redis_server(port: int, password: str) -> Iterator[None]:
         ],
         stdout=subprocess.DEVNULL,
     )
+    track(server)
     try:
         wait_for(lambda: answers("127.0.0.1", port), timeout=10, what="redis-server to start")
         yield
@@ -134,6 +136,7 @@ class Worker:
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
             )
+        track(self.proc)
         return self
 
     def wait_applied(self, generation: int = 0, timeout: float = 30.0) -> celery_pause.WorkerReport:
@@ -216,6 +219,21 @@ class Worker:
             return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
         except OSError:
             return "<no log>"
+
+
+def stop_all(workers: Iterable[Worker], timeout: float = 20.0) -> None:
+    """Warm shutdown of ``workers`` at once (SIGTERM to each), SIGKILL for those still
+    running after ``timeout`` seconds."""
+    running = [w for w in workers if w.proc is not None and w.proc.poll() is None]
+    for worker in running:
+        assert worker.proc is not None
+        worker.proc.send_signal(signal.SIGTERM)
+    deadline = time.monotonic() + timeout
+    for worker in running:
+        assert worker.proc is not None
+        with suppress(subprocess.TimeoutExpired):
+            worker.proc.wait(max(0.0, deadline - time.monotonic()))
+        worker.kill()
 
 
 class Beat(Worker):
