@@ -51,6 +51,13 @@ def wait_for(probe: Callable[[], T], *, timeout: float, what: str, interval: flo
         time.sleep(interval)
 
 
+def started_between(
+    records: Iterable[dict[str, Any]], start: float, end: float
+) -> list[dict[str, Any]]:
+    """The records (each with its ``started`` time) of starts in ``[start, end)``."""
+    return [r for r in records if start <= r["started"] < end]
+
+
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -244,7 +251,7 @@ class Beat(Worker):
 
 
 class Cluster:
-    """One test's private world: namespace, client app, workers, records."""
+    """One test's private namespace: its client app, its workers, their task records."""
 
     def __init__(
         self,
@@ -352,7 +359,8 @@ class Cluster:
         return [json.loads(raw) for raw in self.records_client.lrange(self.record_key, 0, -1)]
 
     def started_between(self, start: float, end: float) -> list[dict[str, Any]]:
-        return [r for r in self.records() if start <= r["started"] < end]
+        """This cluster's task records of starts in ``[start, end)``."""
+        return started_between(self.records(), start, end)
 
     def wait_records(self, count: int, timeout: float = 60.0) -> list[dict[str, Any]]:
         def enough() -> list[dict[str, Any]] | None:
