@@ -32,6 +32,7 @@ from celery import Celery
 
 import celery_pause
 from bench.stats import percentile
+from bench.targets import SCALE_TARGETS, TARGETS, verdicts
 from celery_pause.model.report import WorkerReport
 from celery_pause.settings import config_for
 from celery_pause.stores import Snapshot, Store, open_store
@@ -192,7 +193,7 @@ def measure(workers: int, store_url: str, rounds: int, idle_seconds: float) -> d
             process.join(timeout=30)
             if process.is_alive():
                 process.kill()
-    return {
+    found: dict[str, Any] = {
         "workers": workers,
         "status_p50_ms": round(percentile(status_ms, 50), 1),
         "status_p99_ms": round(percentile(status_ms, 99), 1),
@@ -203,6 +204,8 @@ def measure(workers: int, store_url: str, rounds: int, idle_seconds: float) -> d
         "rounds": rounds,
         "processes": len(children),
     }
+    judged = [name for name in SCALE_TARGETS if found[TARGETS[name].figure] is not None]
+    return {**found, "verdicts": verdicts(found, judged)}
 
 
 def idle_commands(store_url: str, workers: int, seconds: float) -> float | None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import operator
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
+from typing import Literal
 
 POLL_INTERVAL = 2.0
 """Seconds: the default ``pause_poll_interval``, at which the benchmarks run their workers."""
@@ -31,7 +32,7 @@ class Target:
 
     name: str
     figure: str
-    op: str
+    op: Literal["<=", ">="]
     limit: float
     of: str | None = None
     label: str = ""
@@ -60,17 +61,32 @@ TARGETS = {
         Target("fallback_p99_ms", "fallback_p99_ms", "<=", FALLBACK_BOUND_MS),
         Target("resume_p50_ms", "resume_p50_ms", "<=", 50, label="p50"),
         Target("idle_store_cmds_per_s", "idle_store_cmds_per_s", "<=", 1),
+        Target("task_scope_ratio", "ratio", ">=", 0.9),
+        Target("status_p99_ms", "status_p99_ms", "<=", 250),
+        Target("wait_overhead_p99_ms", "wait_overhead_p99_ms", "<=", 100),
+        Target("idle_per_worker", "idle_store_cmds_per_s_per_worker", "<=", 1),
     )
 }
-"""The targets of ``bench.run``, by name."""
+"""Every benchmark's targets, by name."""
 
+RUN_TARGETS = (
+    "throughput_ratio",
+    "pause_p99_ms",
+    "pause_vs_broadcast",
+    "fallback_p99_ms",
+    "resume_p50_ms",
+    "idle_store_cmds_per_s",
+)
+"""The targets of ``bench.run`` (4 workers)."""
 POOL_TARGETS = ("throughput_ratio", "pause_p99_ms", "pause_vs_broadcast", "resume_p50_ms")
-"""The targets also applied to each pool's figures."""
+"""The targets of ``bench.run`` also applied to each pool's figures."""
+TASK_SCOPE_TARGETS = ("task_scope_ratio",)
+"""The target of ``bench.task_scope``, on each broker."""
+SCALE_TARGETS = ("status_p99_ms", "wait_overhead_p99_ms", "idle_per_worker")
+"""The targets of ``bench.scale``, set for 1000 workers."""
 
 
-def verdicts(
-    figures: Mapping[str, float], names: Iterable[str] = tuple(TARGETS)
-) -> dict[str, bool]:
+def verdicts(figures: Mapping[str, float], names: Iterable[str] = RUN_TARGETS) -> dict[str, bool]:
     """Met or not, for each of the targets ``names``."""
     return {name: TARGETS[name].met(figures) for name in names}
 
