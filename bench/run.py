@@ -1,7 +1,7 @@
 """celery-pause benchmark: every figure next to its baseline, on real Redis and real workers.
 
     python -m bench.run                 # the full set (about 16 minutes)
-    python -m bench.run --quick --json  # about two minutes, one JSON object on stdout
+    python -m bench.run --quick --json  # fewer rounds, 2-6 minutes; one JSON object on stdout
     python -m bench.run --control       # the throughput method with no step on either side
     python -m bench.run --cpu           # CPU per task with and without the step, one at a time
     python -m bench.run --instructions  # main-thread instructions per task (needs valgrind)
@@ -337,7 +337,11 @@ def _instructions(found: dict[str, Any] | None, arm: str = "step") -> str:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="fewer rounds (about two minutes)")
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help="fewer rounds, no per-pool throughput pairs (2-6 minutes)",
+    )
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.add_argument("--table-from", metavar="FILE", help="print the table of a saved --json")
     parser.add_argument(
