@@ -125,7 +125,7 @@ def run(quick: bool) -> dict[str, Any]:
                 world.drop_backlog(queue)
         world.stop_workers(workers)
         world.drop_backlog(queue)
-        # The per-pool pairs are left out of a quick run: they doubled it (``--pools`` has them).
+        # A quick run leaves the per-pool pairs out: they ran it past five minutes (see --pools).
         pools = per_pool(
             world,
             throughput=None if quick else pool_throughput(settings),
