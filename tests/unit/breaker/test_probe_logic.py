@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import sys
 import time
-from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -14,54 +13,10 @@ from celery import Celery
 from celery_pause.errors import ConfigurationError
 from celery_pause.http.health import Probes
 from celery_pause.http.server import Request, Response
-from celery_pause.model.scope import EVERYTHING, NOTHING, Scope
+from celery_pause.model.scope import EVERYTHING, Scope
 from celery_pause.model.state import Hold
 from celery_pause.settings import PauseConfig
-from celery_pause.worker.view import GateCounters, WorkerView
-
-
-class StandIn:
-    """Answers what :class:`Probes` asks a monitor."""
-
-    def __init__(self, view: WorkerView, alive: tuple[bool, str] = (True, "")) -> None:
-        self._view = view
-        self._alive = alive
-
-    def view(self) -> WorkerView:
-        return self._view
-
-    def liveness(self) -> tuple[bool, str]:
-        return self._alive
-
-
-def view(**changes: Any) -> WorkerView:
-    base = WorkerView(
-        hostname="w1@host",
-        now=time.time(),
-        connected=True,
-        applied=True,
-        generation=3,
-        scope=NOTHING,
-        consumed=("a", "b"),
-        holds=(),
-        scheduled=(),
-        since=None,
-        held=0,
-        counters=GateCounters(),
-        held_by_task={},
-        transitions={"pause": 0, "resume": 0},
-        breakers={},
-        store_ok=True,
-        loop_idle=0.1,
-        busy=False,
-        pool="prefork",
-    )
-    return replace(base, **changes)
-
-
-def get(monitor: StandIn, path: str) -> Response:
-    probes = Probes(monitor)  # type: ignore[arg-type]
-    return probes(Request(method="GET", path=path, headers={}, body=b"", host="127.0.0.1"))
+from support.probes import StandIn, get, view
 
 
 def body(response: Response) -> Any:

@@ -48,7 +48,9 @@ def report(name: str, **fields: object) -> WorkerReport:
     return WorkerReport(**values)  # type: ignore[arg-type]
 
 
-def cluster(holds: list[Hold], workers: list[WorkerReport], generation: int = 42) -> ClusterStatus:
+def cluster_status(
+    holds: list[Hold], workers: list[WorkerReport], generation: int = 42
+) -> ClusterStatus:
     state = PauseState(generation=generation, holds=tuple(holds))
     return ClusterStatus(
         state=state,
@@ -84,7 +86,9 @@ def test_status_text_of_a_full_pause_matches_the_documented_shape() -> None:
     workers = [report("w1@host", reserved=8, held=8), report("w2@host"), report("w3@host")]
 
     # When rendered
-    lines = status_lines(Overview(cluster(holds, workers), {"celery": 1234, "emails": 12}, ()))
+    lines = status_lines(
+        Overview(cluster_status(holds, workers), {"celery": 1234, "emails": 12}, ())
+    )
 
     # Then it reads like the README
     assert lines[0] == "State: PAUSED (all queues) since 2027-01-15 07:35:00Z (25 minutes)"
@@ -118,7 +122,9 @@ def test_status_text_of_a_partial_pause_shows_each_hold_with_its_source() -> Non
     # When rendered
     lines = status_lines(
         Overview(
-            cluster([breaker, manual], [busy, behind, starting]), {"emails": None, "web": 3}, ()
+            cluster_status([breaker, manual], [busy, behind, starting]),
+            {"emails": None, "web": 3},
+            (),
         )
     )
 
@@ -139,7 +145,7 @@ def test_status_text_of_a_partial_pause_shows_each_hold_with_its_source() -> Non
 
 
 def test_status_text_when_running_and_no_worker() -> None:
-    lines = status_lines(Overview(cluster([], []), {}, ()))
+    lines = status_lines(Overview(cluster_status([], []), {}, ()))
     assert lines == [
         "State: RUNNING",
         "Workers: none live (reports in redis://:**@store:6379/0)",
@@ -152,7 +158,7 @@ def test_reasons_and_names_cannot_drive_the_terminal() -> None:
     evil = hold(reason="ok\x1b[2J\nState: RUNNING", paused_by="eve\x1b[31m")
 
     # When rendered
-    text = "\n".join(status_lines(Overview(cluster([evil], []), {}, ())))
+    text = "\n".join(status_lines(Overview(cluster_status([evil], []), {}, ())))
 
     # Then no control character reaches the output
     assert "\x1b" not in text
@@ -162,7 +168,7 @@ def test_reasons_and_names_cannot_drive_the_terminal() -> None:
 
 def test_unreadable_state_shows_as_a_hold_on_everything() -> None:
     lines = status_lines(
-        Overview(cluster([unreadable_hold("unreadable pause state: bad json")], []), {}, ())
+        Overview(cluster_status([unreadable_hold("unreadable pause state: bad json")], []), {}, ())
     )
     assert lines[0].startswith("State: PAUSED (all queues)")
     assert lines[1] == '  hold  unreadable  on all queues  "unreadable pause state: bad json"'
@@ -183,7 +189,9 @@ def test_status_json_schema() -> None:
     )
 
     # When rendered as JSON
-    doc = json.loads(json.dumps(status_json(cluster(holds, [busy]), {"emails": 7, "web": None})))
+    doc = json.loads(
+        json.dumps(status_json(cluster_status(holds, [busy]), {"emails": 7, "web": None}))
+    )
 
     # Then every documented key is there with its type
     assert set(doc) == {
@@ -227,14 +235,14 @@ def test_status_json_schema() -> None:
 
 
 def test_status_json_when_running_and_paused_everywhere() -> None:
-    running = status_json(cluster([], [report("w@h", paused=[])]), {})
+    running = status_json(cluster_status([], [report("w@h", paused=[])]), {})
     assert (running["state"], running["paused_queues"], running["since"]) == ("RUNNING", [], None)
-    paused = status_json(cluster([hold()], []), {})
+    paused = status_json(cluster_status([hold()], []), {})
     assert (paused["state"], paused["paused_queues"]) == ("PAUSED", None)
 
 
 def test_queues_counted_are_the_apps_and_those_holds_and_workers_name() -> None:
-    status = cluster([hold(["emails"])], [report("w@h", paused=["emails", "sms"])])
+    status = cluster_status([hold(["emails"])], [report("w@h", paused=["emails", "sms"])])
     assert status_queues(status, ["celery"]) == ["celery", "emails", "sms"]
 
 
