@@ -14,7 +14,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from fnmatch import fnmatchcase, translate
 from functools import cached_property
-from typing import Any
+from typing import Any, NamedTuple
 
 from .formatting import SHOWN_TEXT, printable
 
@@ -59,12 +59,11 @@ DIMENSIONS: tuple[Dimension, ...] = (
 NAMES = tuple(d.name for d in DIMENSIONS)
 
 
-@dataclass(frozen=True)
-class Target:
+class Target(NamedTuple):
     """Where a task stands in each dimension; ``None`` stands for *every* value of one.
 
-    Built once per request by the worker's gate; callers asking about a whole queue or a
-    whole worker leave the other coordinates out.
+    Built once per request by the worker's gate (a tuple: cheap to build on that path);
+    callers asking about a whole queue or a whole worker leave the other coordinates out.
     """
 
     queue: str | None = None
@@ -216,7 +215,10 @@ class Scope:
 
     def covers(self, target: Target) -> bool:
         """Whether some rule covers ``target`` (as :meth:`Rule.covers`)."""
-        return any(rule.covers(target) for rule in self.rules)
+        for rule in self.rules:  # noqa: SIM110  (a loop, not any(): the gate asks per request)
+            if rule.covers(target):
+                return True
+        return False
 
     def touches(self, target: Target) -> bool:
         """Whether some rule covers some task at ``target`` (as :meth:`Rule.touches`)."""
