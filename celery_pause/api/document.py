@@ -17,7 +17,7 @@ from celery import Celery
 from ..breaker.status import BreakerStatus, breaker_statuses
 from ..history import HistoryEntry, history
 from ..model.report import PAUSED as WORKER_PAUSED
-from ..model.scope import Scope, Target
+from ..model.scope import Target
 from ..model.state import Hold, PauseState
 from ..model.windows import Window
 from ..settings import config_for
@@ -96,10 +96,12 @@ def overview(
     )
 
 
-def cluster_state(paused: Scope) -> str:
-    if not paused:
+def cluster_state(status: ClusterStatus) -> str:
+    """``RUNNING`` (nothing paused), ``PAUSED`` (every task of the app's queues on every
+    worker) or ``PARTIAL``."""
+    if not status.paused:
         return RUNNING
-    return PAUSED if paused.everything else PARTIAL
+    return PAUSED if status.fully_paused else PARTIAL
 
 
 def since(holds: Sequence[Hold]) -> float | None:
@@ -129,7 +131,7 @@ def status_json(
     states = [w.state_for(generation) for w in status.workers]
     doc: dict[str, Any] = {
         "schema": JSON_SCHEMA,
-        "state": cluster_state(status.paused),
+        "state": cluster_state(status),
         "paused_queues": status.paused.names(),
         "since": since(status.holds) if status.paused else None,
         "generation": generation,

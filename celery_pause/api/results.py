@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from ..model.ramp import Ramp
 from ..model.report import WorkerReport
-from ..model.scope import Scope
+from ..model.scope import Scope, Target
 from ..model.state import Hold, PauseState
 
 
@@ -51,6 +51,17 @@ class ClusterStatus:
     paused: Scope
     workers: tuple[WorkerReport, ...]
     store: str
+    queues: tuple[str, ...] = ()
+    """The app's own queues (``task_queues``, or its default queue)."""
+
+    @property
+    def fully_paused(self) -> bool:
+        """Whether every task of every queue is paused on every worker: of every queue, or of
+        each of the app's own (the app's only queue paused everywhere is a full pause)."""
+        paused = self.paused
+        if paused.everything:
+            return True
+        return bool(self.queues) and all(paused.covers(Target(queue=q)) for q in self.queues)
 
     @property
     def holds(self) -> tuple[Hold, ...]:

@@ -302,7 +302,7 @@ def status(ctx: click.Context, as_json: bool, with_history: bool) -> None:
         click.echo(json.dumps(view.to_json(), indent=2))
         return
     lines = [printable(line) for line in status_lines(view)]
-    state = cluster_state(view.status.paused)
+    state = cluster_state(view.status)
     coloured = ctx.obj.style(state, fg=STATE_COLOURS.get(state, "yellow"), bold=True)
     lines[0] = lines[0].replace(state, coloured, 1)
     if view.history is not None:

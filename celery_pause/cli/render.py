@@ -224,11 +224,7 @@ def timeout_lines(
 
 def flow(scope: Scope) -> str:
     """``flows`` after a scope that reads as one thing (``queue emails``), else ``flow``."""
-    if len(scope.rules) != 1 or scope.everything:
-        return "flow"
-    rule = scope.rule
-    named = rule.tasks if rule.tasks is not None else rule.queues
-    return "flows" if named is not None and len(named) == 1 else "flow"
+    return "flows" if scope.singular else "flow"
 
 
 # -- status --------------------------------------------------------------------------------
@@ -236,7 +232,7 @@ def status_lines(view: Overview) -> list[str]:
     """``pause status`` as text: the state, holds, workers, queues and breakers."""
     status, depths, breakers = view.status, view.depths, view.breakers
     now = status.now
-    state = cluster_state(status.paused)
+    state = cluster_state(status)
     head = f"State: {state}"
     if status.paused:
         head += f" ({status.paused.describe()})"

@@ -68,7 +68,8 @@ def lift(state: PauseState, now: float, lifting: Lifting) -> Outcome[PauseState,
     lifted = outcome.result
     resumed = ramped_scope(lifted.removed, NOTHING if lifting.hold_id else lifting.scope)
     if outcome.value is None or not resumed:
-        raise InvalidInput(f"nothing to ramp: {lifting.scope.describe()} is not paused")
+        verb = "is" if lifting.scope.singular else "are"
+        raise InvalidInput(f"nothing to ramp: {lifting.scope.describe()} {verb} not paused")
     ramp = Ramp(
         resumed,
         start=now,

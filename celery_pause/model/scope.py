@@ -256,6 +256,16 @@ class Scope:
     def to_json(self) -> list[dict[str, list[str] | None]]:
         return sorted((rule.to_json() for rule in self.rules), key=repr)
 
+    @property
+    def singular(self) -> bool:
+        """Whether :meth:`describe` reads as one thing (``queue emails``, ``task x in …``),
+        so that a verb after it agrees: ``queue emails flows``, ``all queues flow``."""
+        if len(self.rules) != 1 or self.everything:
+            return False
+        rule = self.rule
+        named = rule.tasks if rule.tasks is not None else rule.queues
+        return named is not None and len(named) == 1
+
     def describe(self) -> str:
         """Each rule described, ``; `` between them; ``no queue`` when empty."""
         if not self.rules:

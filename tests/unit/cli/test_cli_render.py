@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+from dataclasses import replace
 from datetime import datetime, timedelta, timezone
 
 import click
@@ -389,3 +390,17 @@ def test_masked_hides_store_and_broker_passwords() -> None:
     text = masked("failed redis://:storepw@h and amqp://u:brokerpw@h", app)
     assert "storepw" not in text and "brokerpw" not in text
     assert text == "failed redis://:**@h and amqp://u:**@h"
+
+
+def test_the_apps_only_queue_paused_everywhere_is_a_full_pause() -> None:
+    # Given an app whose only queue is "celery", paused for every task on every worker
+    state = PauseState(generation=1, holds=(hold(["celery"]),))
+    status = ClusterStatus(
+        state=state, now=NOW, paused=state.paused(NOW), workers=(), store="s", queues=("celery",)
+    )
+
+    # Then the cluster is PAUSED, not PARTIAL; with a second queue of the app it is PARTIAL
+    assert status_json(status, {})["state"] == "PAUSED"
+    assert status_lines(Overview(status, {}, ()))[0].startswith("State: PAUSED (queue celery)")
+    both = replace(status, queues=("celery", "emails"))
+    assert status_json(both, {})["state"] == "PARTIAL"
