@@ -10,7 +10,7 @@ import itertools
 import math
 import re
 from collections.abc import Callable, Iterable, Mapping
-from datetime import datetime, timedelta
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from ..errors import InvalidInput
@@ -21,6 +21,8 @@ from .state import BEAT_POLICIES
 UNITS = {"d": 86400, "h": 3600, "m": 60, "s": 1}
 DURATION = re.compile(r"(\d+(?:\.\d+)?)([dhms])")
 MAX_DURATION = timedelta(days=366)
+LATEST = datetime(9999, 12, 31, 23, 59, 59, tzinfo=timezone.utc).timestamp()
+"""The latest store time accepted for a resume or a start: the last second a date can show."""
 MAX_NAMES = 100
 """Most names in one dimension of a scope (queues, tasks or workers)."""
 MAX_NAME = 200
@@ -152,7 +154,8 @@ def check_resume(
         )
         if not math.isfinite(at):
             raise InvalidInput(f"resume_at must be a finite time, got {resume_at!r}")
-        return lambda now: check_ahead("resume_at", at, now)
+        check_before_latest("resume_at", at)
+        return lambda now: at
     return lambda now: None
 
 
@@ -168,13 +171,13 @@ def check_start(start_at: datetime | float | None) -> float | None:
     )
     if not math.isfinite(at):
         raise InvalidInput(f"start_at must be a finite time, got {start_at!r}")
-    return at
+    return check_before_latest("start_at", at)
 
 
-def check_ahead(name: str, at: float, now: float) -> float:
-    """``at`` (store time) if it lies at most 366 days after ``now``."""
-    if at - now > MAX_DURATION.total_seconds():
-        raise InvalidInput(f"{name} is more than 366 days ahead: {at!r}")
+def check_before_latest(name: str, at: float) -> float:
+    """``at`` (store time), if it is a time a date can show: before the year 10000."""
+    if at >= LATEST:
+        raise InvalidInput(f"{name} is out of range (after the year 9999): {at!r}")
     return at
 
 

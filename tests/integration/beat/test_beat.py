@@ -88,7 +88,7 @@ def test_skip_sends_nothing_while_paused_and_resume_brings_no_burst(redis_cluste
         what="the skip in the history",
     )
     assert entry.skipped is not None and entry.skipped["tick"] >= PAUSED_RUNS
-    assert entry.queues == [redis_cluster.queue()] and entry.source == "manual"
+    assert entry.scope.names() == [redis_cluster.queue()] and entry.source == "manual"
 
 
 def test_queue_keeps_sending_and_resume_starts_the_runs_at_once(redis_cluster: Cluster) -> None:

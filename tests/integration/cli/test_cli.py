@@ -267,7 +267,7 @@ def test_status_counts_waiting_messages_on_redis_priority_queues_included(
     assert doc["queues"] == [
         {"name": redis_cluster.queue(), "waiting": 5, "paused": False, "partly_paused": False}
     ]
-    assert f"Queues: {redis_cluster.queue()} 5 waiting" in text
+    assert f"Queues, waiting in the broker: {redis_cluster.queue()} 5" in text
     assert doc["state"] == "RUNNING" and doc["workers"] == [] and doc["holds"] == []
 
 

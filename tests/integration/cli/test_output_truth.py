@@ -88,7 +88,7 @@ def test_a_memory_store_is_refused_by_the_cli_and_serve(tmp_path: Path) -> None:
     ("options", "expected"),
     [
         ({"resume_after": 1e12}, "at most 366 days"),
-        ({"resume_at": 1e300}, "more than 366 days ahead"),
+        ({"resume_at": 1e300}, "out of range"),
     ],
     ids=["resume_after", "resume_at"],
 )
