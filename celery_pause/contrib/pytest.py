@@ -186,7 +186,7 @@ class PauseSetup:
         expected = set(names) if names is not None else self.nodenames()
         wait_for(
             f"reports from {sorted(expected)}",
-            lambda: expected <= {r.hostname for r in celery_pause.status(self.app).workers},
+            lambda: expected <= {r.hostname for r in self.status().workers},
             timeout=self.timeout,
         )
 
@@ -195,18 +195,12 @@ class PauseSetup:
         the state stood at store time ``since`` or later (``status().now``: a worker process
         started after that reads the state anew)."""
         names = self.nodenames()
-        wait_for(
-            f"{sorted(names)} applying generation {generation}",
-            lambda: (
-                all(
-                    r.quiet_for(generation, since)
-                    for r in self.status().workers
-                    if r.hostname in names
-                )
-                and names <= {r.hostname for r in self.status().workers}
-            ),
-            timeout=self.timeout,
-        )
+
+        def applied() -> bool:
+            reports = {r.hostname: r for r in self.status().workers}
+            return all(n in reports and reports[n].quiet_for(generation, since) for n in names)
+
+        wait_for(f"{sorted(names)} applying generation {generation}", applied, timeout=self.timeout)
 
     def pause(self, **kwargs: Any) -> celery_pause.PauseResult:
         """:func:`celery_pause.pause` with ``wait=True``: returns once every worker applied it."""
@@ -244,18 +238,14 @@ class PauseSetup:
             time.sleep(0.1)
 
     def assert_held(self, result: AsyncResult, *, during: float = 1.0) -> None:
-        """Assert that ``result``'s task reached a worker container, that a worker reports a
-        held task, and that the task does not start for ``during`` seconds."""
-        wait_for(
-            f"task {result.id} received by a worker",
-            lambda: self.received(result),
-            timeout=self.timeout,
-        )
-        wait_for(
-            "a worker reporting a held task",
-            lambda: any(self.held().values()),
-            timeout=self.timeout,
-        )
+        """Assert that ``result``'s task reached a worker container, that this worker reports
+        holding a task, and that the task does not start for ``during`` seconds."""
+
+        def holders() -> set[str]:
+            held = self.held()
+            return {name for name in self.received(result) if held.get(name)}
+
+        wait_for(f"task {result.id} received and held by a worker", holders, timeout=self.timeout)
         self.assert_not_started(result, during=during)
 
 
