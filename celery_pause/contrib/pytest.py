@@ -46,6 +46,9 @@ __all__ = (
     "StoreUrls",
     "WorkerImage",
     "build_worker_image",
+    "default_packages",
+    "store_urls",
+    "wait_for",
 )
 
 T = TypeVar("T")
