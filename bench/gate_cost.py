@@ -18,8 +18,8 @@ from celery import Celery
 from celery.worker.request import Request
 from kombu.message import Message
 
+from celery_pause.model.scope import Scope
 from celery_pause.routing import QueueResolver
-from celery_pause.scope import Scope
 from celery_pause.worker.gate import Gate
 
 QUEUE = "bench.gate"

@@ -42,8 +42,8 @@ import redis  # noqa: E402
 
 import celery_pause  # noqa: E402
 from bench.world import Start, World, log, settle  # noqa: E402
-from celery_pause.ramp import Ramp  # noqa: E402
-from celery_pause.scope import EVERYTHING  # noqa: E402
+from celery_pause.model.ramp import Ramp  # noqa: E402
+from celery_pause.model.scope import EVERYTHING  # noqa: E402
 from celery_pause.stores import store_for  # noqa: E402
 from support.harness import wait_for  # noqa: E402
 

@@ -6,8 +6,8 @@ from bisect import bisect_right
 from pathlib import Path
 from typing import Any
 
-from celery_pause.ramp import Ramp
-from celery_pause.scope import EVERYTHING
+from celery_pause.model.ramp import Ramp
+from celery_pause.model.scope import EVERYTHING
 
 
 def lead(times: list[float], grid: list[float], ramp: Ramp) -> list[float]:

@@ -36,13 +36,14 @@ sys.path.insert(0, str(ROOT))
 from celery import Celery  # noqa: E402
 
 import celery_pause  # noqa: E402
-from celery_pause.report import WorkerReport  # noqa: E402
+from celery_pause.model.report import WorkerReport  # noqa: E402
 from celery_pause.settings import config_for  # noqa: E402
 from celery_pause.stores import Snapshot, Store, open_store  # noqa: E402
 from celery_pause.worker.gate import Gate  # noqa: E402
 from celery_pause.worker.pools import PREFORK, PoolSupport  # noqa: E402
 from celery_pause.worker.sync import StoreSync  # noqa: E402
 from support.redis_server import RedisServer  # noqa: E402
+from support.stores import ForwardingStore  # noqa: E402
 
 PER_PROCESS = 250
 """Simulated workers per process: their threads share one interpreter, as pool-less workers."""
@@ -55,36 +56,17 @@ def make_app(store_url: str) -> Celery:
     return app
 
 
-class Witness(Store):
+class Witness(ForwardingStore):
     """The store, passed through, noting when each worker's report of a generation landed."""
 
     def __init__(self, inner: Store) -> None:
-        self.__dict__["_inner"] = inner
-        self.__dict__["applied"] = {}
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._inner, name)
+        super().__init__(inner)
+        self.applied: dict[int, float] = {}
 
     def put_worker(self, report: WorkerReport) -> None:
-        self._inner.put_worker(report)
+        self.inner.put_worker(report)
         if report.status == "applied":
             self.applied.setdefault(report.generation, time.time())
-
-    # The abstract methods, delegated (Store declares them).
-    def now(self) -> float:
-        return self._inner.now()
-
-    def read(self) -> Snapshot:
-        return self._inner.read()
-
-    def update(self, change: Any) -> Any:
-        return self._inner.update(change)
-
-    def remove_worker(self, hostname: str) -> None:
-        self._inner.remove_worker(hostname)
-
-    def worker_reports(self) -> list[WorkerReport]:
-        return self._inner.worker_reports()
 
 
 class SimulatedWorker:

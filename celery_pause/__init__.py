@@ -6,7 +6,8 @@ from celery import Celery
 
 from . import beat  # noqa: F401  (connects the beat_init handler)
 from .api import pause, resume, status
-from .breaker.options import CircuitBreaker
+from .api.results import ClusterStatus, PauseResult, ResumeResult
+from .breaker.circuit import CircuitBreaker
 from .breaker.status import BreakerStatus, breaker_status, breaker_statuses
 from .breaker.task import BreakerTask
 from .errors import (
@@ -20,10 +21,9 @@ from .errors import (
     StoreError,
 )
 from .history import HistoryEntry, format_history, history
-from .report import WorkerReport
-from .results import ClusterStatus, PauseResult, ResumeResult
-from .scope import Scope
-from .state import Hold, PauseState
+from .model.report import WorkerReport
+from .model.scope import Scope
+from .model.state import Hold, PauseState
 from .step import PauseStep
 
 __version__ = "0.2.0.dev0"
@@ -62,6 +62,13 @@ __all__ = (
 
 def install(app: Celery) -> Celery:
     """Add :class:`PauseStep` to ``app``'s worker consumer: exactly
-    ``app.steps["consumer"].add(PauseStep)``."""
+    ``app.steps["consumer"].add(PauseStep)``.
+
+    Parameters:
+        app: The Celery app whose workers take part in the pause.
+
+    Returns:
+        ``app``, so that ``app = install(Celery(...))`` reads as one line.
+    """
     app.steps["consumer"].add(PauseStep)
     return app

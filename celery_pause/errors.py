@@ -7,8 +7,8 @@ from typing import TYPE_CHECKING
 from celery.exceptions import ImproperlyConfigured
 
 if TYPE_CHECKING:
-    from .results import PauseResult
-    from .state import Hold
+    from .api.results import PauseResult
+    from .model.state import Hold
 
 
 class PauseError(Exception):

@@ -20,10 +20,10 @@ from typing import Any
 from celery import Celery
 
 from .errors import InvalidInput, StoreError
-from .formatting import format_duration, format_time
-from .scope import Scope
+from .model.formatting import format_duration, format_time
+from .model.scope import EVERYTHING, Scope, rule_from_json
+from .model.state import Hold
 from .settings import config_for
-from .state import Hold
 from .stores import store_for
 
 logger = logging.getLogger(__name__)
@@ -43,9 +43,8 @@ class HistoryEntry:
 
     action: str
     at: float
-    queues: list[str] | None = None
-    tasks: list[str] | None = None
-    workers: list[str] | None = None
+    scope: Scope = EVERYTHING
+    """What the change covered (one rule): every dimension of the hold or the resume."""
     source: str = "manual"
     by: str | None = None
     reason: str | None = None
@@ -60,17 +59,11 @@ class HistoryEntry:
     ramp: float | None = None
     """Seconds over which a resume ramped the start rate up (``resume`` entries)."""
 
-    @property
-    def scope(self) -> Scope:
-        return Scope.of(self.queues, tasks=self.tasks, workers=self.workers)
-
     def to_json(self) -> dict[str, Any]:
         return {
             "action": self.action,
             "at": self.at,
-            "queues": self.queues,
-            "tasks": self.tasks,
-            "workers": self.workers,
+            **self.scope.rule.to_json(),
             "source": self.source,
             "by": self.by,
             "reason": self.reason,
@@ -91,9 +84,7 @@ class HistoryEntry:
             return cls(
                 action=str(data["action"]),
                 at=float(data["at"]),
-                queues=_opt_names(data.get("queues")),
-                tasks=_opt_names(data.get("tasks")),
-                workers=_opt_names(data.get("workers")),
+                scope=Scope(frozenset({rule_from_json(data)})),
                 source=str(data.get("source") or "manual"),
                 by=_opt_str(data.get("by")),
                 reason=_opt_str(data.get("reason")),
@@ -140,9 +131,7 @@ def pause_entry(hold: Hold, generation: int, replaced: Iterable[Hold]) -> Histor
     return HistoryEntry(
         action=PAUSE,
         at=hold.paused_at,
-        queues=_sorted(hold.scope.rule.queues),
-        tasks=_sorted(hold.scope.rule.tasks),
-        workers=_sorted(hold.scope.rule.workers),
+        scope=hold.scope,
         source=hold.source,
         by=hold.paused_by,
         reason=hold.reason,
@@ -176,9 +165,7 @@ def resume_entry(
     return HistoryEntry(
         action=action,
         at=at,
-        queues=_sorted(scope.rule.queues),
-        tasks=_sorted(scope.rule.tasks),
-        workers=_sorted(scope.rule.workers),
+        scope=scope,
         source=",".join(sources),
         by=by,
         generation=generation,
@@ -195,9 +182,7 @@ def skip_entry(hold: Hold, at: float, skipped: dict[str, int]) -> HistoryEntry:
     return HistoryEntry(
         action=SKIP,
         at=at,
-        queues=_sorted(hold.scope.rule.queues),
-        tasks=_sorted(hold.scope.rule.tasks),
-        workers=_sorted(hold.scope.rule.workers),
+        scope=hold.scope,
         source=hold.source,
         by="celery beat",
         reason=f"{total} run{'s' if total != 1 else ''} not sent while paused",
@@ -225,6 +210,16 @@ def history(app: Celery, limit: int | None = None) -> list[HistoryEntry]:
 
     Includes a ``start`` entry for each scheduled hold whose start came, and an
     ``expire`` entry for each hold whose ``resume_at`` passed, while it was still in place.
+
+    Parameters:
+        app: The Celery app whose history to read.
+        limit: How many entries at most (every kept one, ``pause_history_size``, by default).
+
+    Returns:
+        The entries, newest first.
+
+    Raises:
+        StoreError: The store cannot be reached.
     """
     store = store_for(app)
     entries = [HistoryEntry.from_json(raw) for raw in store.read_log(HISTORY_LOG)]
@@ -264,9 +259,7 @@ def _derived(entry: HistoryEntry, action: str, at: float | None, **fields: Any) 
     return HistoryEntry(
         action=action,
         at=at or 0.0,
-        queues=entry.queues,
-        tasks=entry.tasks,
-        workers=entry.workers,
+        scope=entry.scope,
         source=entry.source,
         reason=entry.reason,
         holds=entry.holds,
@@ -275,7 +268,14 @@ def _derived(entry: HistoryEntry, action: str, at: float | None, **fields: Any) 
 
 
 def format_history(entries: Sequence[HistoryEntry]) -> str:
-    """The history as lines for a terminal, newest first (``pause status --history``)."""
+    """The history as lines for a terminal, newest first (``pause status --history``).
+
+    Parameters:
+        entries: The entries, as :func:`history` returns them.
+
+    Returns:
+        One line a change under a heading, or a line saying nothing is recorded yet.
+    """
     if not entries:
         return "History: nothing recorded yet"
     return "\n".join(["History (newest first):", *("  " + e.describe() for e in entries)])
@@ -289,11 +289,3 @@ def _counts(value: Any) -> dict[str, int] | None:
 
 def _opt_str(value: Any) -> str | None:
     return None if value is None else str(value)
-
-
-def _opt_names(value: Any) -> list[str] | None:
-    return None if value is None else [str(name) for name in value]
-
-
-def _sorted(names: frozenset[str] | None) -> list[str] | None:
-    return None if names is None else sorted(names)

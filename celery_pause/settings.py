@@ -10,8 +10,9 @@ from celery import Celery
 from celery.app import utils as celery_app_utils
 
 from .errors import ConfigurationError
-from .state import BEAT_POLICIES
-from .windows import Window, parse_windows
+from .model.state import BEAT_POLICIES
+from .model.validation import check_count, check_options, check_port, check_positive
+from .model.windows import Window, parse_windows
 
 REDIS_SCHEMES = ("redis", "rediss", "unix")
 SENTINEL_SCHEME = "sentinel"
@@ -38,7 +39,7 @@ DEFAULTS: dict[str, Any] = {
 
 @dataclass(frozen=True)
 class PauseConfig:
-    """celery-pause's settings for one app."""
+    """celery-pause's settings for one app (each default is in :data:`DEFAULTS`)."""
 
     store_url: str
     key_prefix: str
@@ -46,62 +47,94 @@ class PauseConfig:
     max_hold: float
     worker_ttl: float
     store_timeout: float
-    http_port: int | None = None
-    http_host: str = "127.0.0.1"
-    health_stall_after: float = 120.0
-    warn_after: float | None = 3600.0
-    warn_every: float = 900.0
-    history_size: int = 500
+    http_port: int | None = DEFAULTS["pause_http_port"]
+    http_host: str = DEFAULTS["pause_http_host"]
+    health_stall_after: float = DEFAULTS["pause_health_stall_after"]
+    warn_after: float | None = DEFAULTS["pause_warn_after"]
+    warn_every: float = DEFAULTS["pause_warn_every"]
+    history_size: int = DEFAULTS["pause_history_size"]
     store_options: dict[str, Any] = field(default_factory=dict)
     """Options of a ``sentinel://`` store: ``pause_store_transport_options``, or the
     broker's transport options when the broker doubles as the store."""
-    green_loop_wait: float = 0.25
-    beat_default: str = "queue"
+    green_loop_wait: float = DEFAULTS["pause_green_loop_wait"]
+    beat_default: str = DEFAULTS["pause_beat_default"]
     windows: tuple[Window, ...] = ()
-    ramp_peak: float = 100.0
+    ramp_peak: float = DEFAULTS["pause_ramp_peak"]
     """The cluster's start rate (tasks per second) at the end of a ramped resume."""
 
     @classmethod
     def from_app(cls, app: Celery) -> PauseConfig:
-        conf = app.conf
-        values = {key: conf.get(key, default) for key, default in DEFAULTS.items()}
-        prefix = values["pause_key_prefix"]
+        read = _Reader(app)
+        prefix = read.values["pause_key_prefix"]
         if prefix is None:
             prefix = f"celery-pause:{app.main or 'default'}"
-        poll_interval = _positive(values, "pause_poll_interval")
-        if values["pause_store_url"]:
-            store_url = values["pause_store_url"]
-            store_options = _options(
-                "pause_store_transport_options", values["pause_store_transport_options"]
-            )
+        poll_interval = read.positive("pause_poll_interval")
+        if read.values["pause_store_url"]:
+            store_url = read.values["pause_store_url"]
+            store_options = read.options("pause_store_transport_options")
         else:
             store_url = _store_from_broker(app)
-            store_options = _options("broker_transport_options", app.conf.broker_transport_options)
+            store_options = read.options("broker_transport_options")
+        beat_default = read.beat("pause_beat_default")
+        warn_after = read.values["pause_warn_after"]
         return cls(
             store_url=store_url,
             store_options=store_options,
             key_prefix=str(prefix),
             poll_interval=poll_interval,
-            max_hold=_bounded_hold(app, _positive(values, "pause_max_hold")),
-            worker_ttl=max(_positive(values, "pause_worker_ttl"), 3 * poll_interval),
-            store_timeout=_positive(values, "pause_store_timeout"),
-            http_port=_port(values["pause_http_port"]),
-            http_host=str(values["pause_http_host"]),
-            health_stall_after=_positive(values, "pause_health_stall_after"),
-            warn_after=(
-                None
-                if values["pause_warn_after"] is None
-                else _positive(values, "pause_warn_after")
-            ),
-            warn_every=_positive(values, "pause_warn_every"),
-            history_size=_count(values, "pause_history_size"),
-            green_loop_wait=min(_positive(values, "pause_green_loop_wait"), 2.0),
-            beat_default=_beat(values["pause_beat_default"]),
-            ramp_peak=_positive(values, "pause_ramp_peak"),
+            max_hold=_bounded_hold(app, read.positive("pause_max_hold")),
+            worker_ttl=max(read.positive("pause_worker_ttl"), 3 * poll_interval),
+            store_timeout=read.positive("pause_store_timeout"),
+            http_port=read.port("pause_http_port"),
+            http_host=str(read.values["pause_http_host"]),
+            health_stall_after=read.positive("pause_health_stall_after"),
+            warn_after=None if warn_after is None else read.positive("pause_warn_after"),
+            warn_every=read.positive("pause_warn_every"),
+            history_size=read.count("pause_history_size"),
+            green_loop_wait=min(read.positive("pause_green_loop_wait"), 2.0),
+            beat_default=beat_default,
+            ramp_peak=read.positive("pause_ramp_peak"),
             windows=parse_windows(
-                values["pause_windows"], app, _beat(values["pause_beat_default"])
+                read.values["pause_windows"], app, beat_default, read.name("pause_windows")
             ),
         )
+
+
+def setting_name(app: Celery, key: str) -> str:
+    """A setting as the app's configuration spells it: ``CELERY_PAUSE_STORE_URL`` under
+    Django's ``config_from_object(..., namespace="CELERY")``, else ``pause_store_url``."""
+    namespace = getattr(app, "namespace", None)
+    return f"{namespace}_{key.upper()}" if namespace else key
+
+
+class _Reader:
+    """The app's settings, each checked by :mod:`.model.validation`; an error names the
+    setting as the app spells it."""
+
+    def __init__(self, app: Celery) -> None:
+        self.app = app
+        self.values = {key: app.conf.get(key, default) for key, default in DEFAULTS.items()}
+
+    def name(self, key: str) -> str:
+        return setting_name(self.app, key)
+
+    def positive(self, key: str) -> float:
+        return check_positive(self.name(key), self.values[key], error=ConfigurationError)
+
+    def count(self, key: str) -> int:
+        return check_count(self.name(key), self.values[key], error=ConfigurationError)
+
+    def port(self, key: str) -> int | None:
+        return check_port(self.name(key), self.values[key], error=ConfigurationError)
+
+    def options(self, key: str) -> dict[str, Any]:
+        return check_options(self.name(key), self.app.conf.get(key), error=ConfigurationError)
+
+    def beat(self, key: str) -> str:
+        value = self.values[key]
+        if value not in BEAT_POLICIES:
+            raise ConfigurationError(f"{self.name(key)} must be 'queue' or 'skip', got {value!r}")
+        return str(value)
 
 
 def censor_store_url() -> None:
@@ -134,57 +167,11 @@ def _store_from_broker(app: Celery) -> str:
     if scheme in (*REDIS_SCHEMES, SENTINEL_SCHEME):
         return str(broker)
     raise ConfigurationError(
-        "celery-pause needs a store: set pause_store_url (redis://…, db+postgresql+psycopg://…, "
-        "file:///dir, …); "
+        f"celery-pause needs a store: set {setting_name(app, 'pause_store_url')} (redis://…, "
+        "db+postgresql+psycopg://…, file:///dir, …); "
         f"only a Redis (or Sentinel) broker doubles as the store, and this broker is "
         f"{scheme or 'unset'!r}"
     )
-
-
-def _options(key: str, value: Any) -> dict[str, Any]:
-    if value is None:
-        return {}
-    if not isinstance(value, dict):
-        raise ConfigurationError(f"{key} must be a dict, got {type(value).__name__}")
-    return dict(value)
-
-
-def _positive(values: dict[str, Any], key: str) -> float:
-    try:
-        value = float(values[key])
-    except (TypeError, ValueError):
-        raise ConfigurationError(f"{key} must be a number, got {values[key]!r}") from None
-    if not value > 0:  # NaN too
-        raise ConfigurationError(f"{key} must be positive, got {value!r}")
-    return value
-
-
-def _port(value: Any) -> int | None:
-    """``None`` (off), or a TCP port; 0 picks a free one."""
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, (int, str)):
-        raise ConfigurationError(f"pause_http_port must be a port number, got {value!r}")
-    try:
-        port = int(value)
-    except ValueError:
-        raise ConfigurationError(f"pause_http_port must be a port number, got {value!r}") from None
-    if not 0 <= port <= 65535:
-        raise ConfigurationError(f"pause_http_port must be within 0-65535, got {port}")
-    return port
-
-
-def _count(values: dict[str, Any], key: str) -> int:
-    value = values[key]
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ConfigurationError(f"{key} must be a whole number of at least 1, got {value!r}")
-    return value
-
-
-def _beat(value: Any) -> str:
-    if value not in BEAT_POLICIES:
-        raise ConfigurationError(f"pause_beat_default must be 'queue' or 'skip', got {value!r}")
-    return str(value)
 
 
 def _bounded_hold(app: Celery, max_hold: float) -> float:

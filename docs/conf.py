@@ -21,8 +21,13 @@ version = release
 
 extensions = [
     "sphinx.ext.autodoc",
+    "sphinx.ext.napoleon",
     "sphinx.ext.viewcode",
 ]
+
+# Docstrings are Google style: ``Parameters:``, ``Returns:`` and ``Raises:`` sections.
+napoleon_google_docstring = True
+napoleon_numpy_docstring = False
 
 autodoc_member_order = "bysource"
 autodoc_typehints = "signature"

@@ -2,11 +2,14 @@
 
     pip install -e . && python examples/demo.py [--broker redis://localhost:6379/0]
 
-Two real prefork workers start on kombu's filesystem transport with the file
-store in a temporary directory (or on the broker you give). Tasks flow; the
-demo pauses through the CLI (``celery -A demo_app pause --wait``); a live view
-shows in-flight tasks finishing and nothing starting; a worker restarted while
-paused starts nothing; the demo resumes and every task runs. The last line is
+Two real workers (one prefork, one threads) start on kombu's filesystem
+transport with the file store in a temporary directory (or on the broker you
+give). Tasks flow; the demo pauses through the CLI (``celery -A demo_app pause
+--wait``); a live view shows in-flight tasks finishing and nothing starting,
+and the tasks a worker had already received held in its gate; a worker
+restarted while paused starts nothing; the demo resumes, every task runs, and
+it names the tasks received before the pause that started only after it. The
+last line is
 
     ran=<n> started_during_pause=<n> lost=<n>
 
@@ -70,13 +73,14 @@ class Worker:
     hostname: str
     log: Path
     env: dict[str, str]
+    pool: str = "prefork"
     proc: subprocess.Popen[bytes] | None = None
 
     def start(self) -> None:
         with open(self.log, "ab") as log:
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", "celery", "-A", "demo_app", "worker",
-                 "-n", self.hostname, "-P", "prefork", "-c", str(CONCURRENCY),
+                 "-n", self.hostname, "-P", self.pool, "-c", str(CONCURRENCY),
                  "--without-mingle", "--without-gossip", "--without-heartbeat", "-l", "info"],
                 cwd=EXAMPLES, env=self.env, stdout=log, stderr=subprocess.STDOUT,
                 start_new_session=True,  # Ctrl-C reaches the demo only; it stops us in order
@@ -215,9 +219,12 @@ class Demo:
         self.demo_app = demo_app
         self.app = demo_app.app
         self.records = Records(demo_app.RECORDS)
+        # On kombu's filesystem transport a prefork worker takes a message only once a pool
+        # process is free (Celery's synchronous loop waits for a slot): the threads worker
+        # prefetches, and shows what a gate does with tasks a worker has already received.
         self.workers = [
-            Worker(name, f"{name}@demo-{self.run_id}", self.dir / f"{name}.log", self.env)
-            for name in ("w1", "w2")
+            Worker(name, f"{name}@demo-{self.run_id}", self.dir / f"{name}.log", self.env, pool)
+            for name, pool in (("w1", "prefork"), ("w2", "threads"))
         ]
         self.sender = Sender(self.app)
         self.cli: subprocess.Popen[str] | None = None
@@ -251,7 +258,7 @@ class Demo:
         if not self.broker:
             folder = self.dir / "broker"
             return sum(1 for p in folder.iterdir() if p.name.endswith(f".{queue}.msg"))
-        from celery_pause.depths import queue_depths
+        from celery_pause.api.depths import queue_depths
 
         return queue_depths(self.app, [queue])[queue]
 
@@ -269,8 +276,26 @@ class Demo:
         line += f" | finished {len(finished)}"
         waiting = self.waiting()
         line += f" | waiting {'?' if waiting is None else waiting}"
-        held = sum(w.held for w in self.status().workers)
-        return line + f" | held in gates {held}"
+        held = {w.hostname.split("@")[0]: w.held for w in self.status().workers}
+        per_worker = ", ".join(f"{name} {count}" for name, count in sorted(held.items()) if count)
+        return (
+            line
+            + f" | held in gates {sum(held.values())}"
+            + (f" ({per_worker})" if per_worker else "")
+        )
+
+    def held_then_ran(self) -> list[tuple[str, str, float, float]]:
+        """Tasks received before the pause that started only after the resume: ``(id,
+        worker, received, started)``, as the worker that held them recorded."""
+        started = {r["id"]: r["at"] for r in self.records.read("start")}
+        first: dict[str, dict[str, Any]] = {}
+        for entry in sorted(self.records.read("received"), key=lambda r: r["at"]):
+            first.setdefault(entry["id"], entry)
+        return sorted(
+            (task_id, entry["worker"].split("@")[0], entry["at"], started[task_id])
+            for task_id, entry in first.items()
+            if entry["at"] < self.paused_at and started.get(task_id, 0) >= self.resumed_at
+        )
 
     def watch(self, seconds: float, since: float | None = None) -> None:
         deadline = time.monotonic() + seconds
@@ -302,8 +327,12 @@ class Demo:
             else "kombu's filesystem transport"
         )
         store = self.app.conf.pause_store_url.split("://")[0]
-        say(f"celery-pause demo {self.run_id}: 2 prefork workers on {where}, {store} store")
-        say(f"   logs and data in {self.dir}")
+        say(
+            f"celery-pause demo {self.run_id}: a prefork and a threads worker on {where}, "
+            f"{store} store"
+        )
+        kept = "kept" if self.keep else "removed at the end unless it fails or --keep is given"
+        say(f"   logs and data in {self.dir} ({kept})")
 
         if self.broker:
             try:
@@ -335,6 +364,8 @@ class Demo:
         generation = self.status().state.generation
         say("   Paused. Nothing starts: new tasks wait in the queue, prefetched ones in the gates:")
         self.watch(2.0, since=self.paused_at)
+        held = sum(w.held for w in self.status().workers)
+        say(f"   {held} task(s) the workers had already received wait in their gates, unstarted.")
 
         restarted = self.workers[1]
         say(f"4. Restarting {restarted.name} while paused ...")
@@ -368,6 +399,13 @@ class Demo:
                 break
             time.sleep(1.0)
             say("   " + self.view())
+        held = self.held_then_ran()
+        say(f"   {len(held)} task(s) received before the pause started only after the resume:")
+        for task_id, worker, received, started in held[:5]:
+            say(
+                f"     {task_id[:8]}: received by {worker} {self.paused_at - received:.1f}s "
+                f"before the pause, started {started - self.resumed_at:.1f}s after the resume"
+            )
         return self.summary(sent)
 
     def summary(self, sent: set[str]) -> int:

@@ -24,7 +24,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from celery import Celery
+from celery import Celery, signals
 from kombu.transport import TRANSPORT_ALIASES, filesystem
 from kombu.utils.json import dumps
 
@@ -137,3 +137,10 @@ def work(self: Any, seconds: float) -> None:
     record("start", self.request.id, self.request.hostname or "?")
     time.sleep(seconds)
     record("finish", self.request.id, self.request.hostname or "?")
+
+
+@signals.task_received.connect
+def received(sender: Any = None, request: Any = None, **kwargs: Any) -> None:
+    """Record that a worker received a task message (before its gate decides)."""
+    if request is not None and request.name == TASK:
+        record("received", request.id, request.hostname or "?")

@@ -8,9 +8,8 @@ import pytest
 
 from celery_pause.stores.base import Store
 from support.harness import AMQP_BROKER, REDIS_BROKER, Cluster
-from support.stores import KINDS, SERVICES, SHARED_KINDS, Spec, make_store, private, store_url
-
-from .services import require
+from support.services import require
+from support.stores import ADAPTERS, KINDS, SHARED_KINDS, Spec, make_store, private
 
 
 @pytest.fixture(params=["redis", "amqp"])
@@ -55,11 +54,12 @@ def store_cluster(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Cl
 
 
 def _store_spec(kind: str, tmp_path: Path) -> Iterator[Spec]:
-    if kind in SERVICES:
-        service, port = SERVICES[kind]
+    adapter = ADAPTERS[kind]
+    if adapter.service is not None:
+        service, port = adapter.service
         require(service, "127.0.0.1", port)
     prefix = f"celery-pause-test:{uuid.uuid4().hex[:10]}"
-    with private(kind, store_url(kind, tmp_path), prefix) as spec:
+    with private(kind, adapter.url(tmp_path), prefix) as spec:
         yield spec
 
 

@@ -19,8 +19,8 @@ from typing import Any
 from celery import Celery
 
 from ..history import record, skip_entry
+from ..model.state import Hold, PauseState
 from ..settings import config_for
-from ..state import Hold, PauseState
 from ..stores import store_for
 from .watch import BeatWatch
 

@@ -17,10 +17,11 @@ from collections.abc import Callable
 
 from ..errors import StoreError
 from ..logs import ThrottledLog
+from ..model.scope import Target
+from ..model.state import BEAT_SKIP, Hold, PauseState
+from ..model.windows import with_windows
 from ..settings import PauseConfig
-from ..state import BEAT_SKIP, Hold, PauseState
 from ..stores import Store
-from ..windows import with_windows
 
 logger = logging.getLogger(__name__)
 
@@ -58,7 +59,7 @@ class BeatWatch(threading.Thread):
         state, at, local = read
         now = at + (time.monotonic() - local)
         for hold in state.active_holds(now):
-            if hold.beat == BEAT_SKIP and hold.scope.covers(queue, task, None):
+            if hold.beat == BEAT_SKIP and hold.scope.covers(Target(queue=queue, task=task)):
                 return hold
         return None
 

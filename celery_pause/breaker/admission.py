@@ -19,7 +19,7 @@ from celery.worker.request import Request
 from kombu.message import Message
 
 from ..routing import queue_of
-from .options import CircuitBreaker
+from .circuit import CircuitBreaker
 
 logger = logging.getLogger(__name__)
 

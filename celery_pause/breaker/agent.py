@@ -31,7 +31,7 @@ from ..errors import StoreError
 from ..logs import ThrottledLog
 from ..stores import Store, store_for
 from .admission import Candidate, TrialAdmission
-from .options import CircuitBreaker, describe
+from .circuit import CircuitBreaker, describe
 from .record import CLOSED, HALF_OPEN, OPEN, BreakerRecord
 
 logger = logging.getLogger(__name__)

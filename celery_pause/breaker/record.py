@@ -13,17 +13,21 @@ the next record or ``None`` when it does not apply; the store runs it atomically
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
-from typing import Any
+from typing import Any, TypeVar
 
-from ..jsonfields import optional_str, require_str
-from ..ramp import Ramp
-from ..scope import Scope
+from ..model.jsonfields import optional_str, require_str
+from ..model.outcome import Outcome
+from ..model.ramp import Ramp
+from ..model.scope import Scope
 
 CLOSED = "closed"
 OPEN = "open"
 HALF_OPEN = "half-open"
 STATES = (CLOSED, OPEN, HALF_OPEN)
+
+R = TypeVar("R")
 
 
 @dataclass(frozen=True)
@@ -257,3 +261,7 @@ class BreakerRecord:
 
 def _opt_float(value: Any) -> float | None:
     return None if value is None else float(value)
+
+
+Rule = Callable[[BreakerRecord, float], Outcome[BreakerRecord, R]]
+"""Given the record and store time, the next record (``None``: no change) and a result."""

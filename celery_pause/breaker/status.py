@@ -8,11 +8,11 @@ from typing import Any
 from celery import Celery
 
 from ..errors import StoreError
-from ..formatting import format_time
-from ..scope import Scope
-from ..state import UNREADABLE
+from ..model.formatting import format_time
+from ..model.scope import Scope
+from ..model.state import UNREADABLE
 from ..stores import Store, store_for
-from .options import RECORD_PREFIX, CircuitBreaker, breakers_of
+from .circuit import RECORD_PREFIX, CircuitBreaker, breakers_of
 from .record import HALF_OPEN, OPEN, BreakerRecord
 
 
@@ -65,12 +65,33 @@ class BreakerStatus:
 
 
 def breaker_status(app: Celery, breaker: CircuitBreaker) -> BreakerStatus:
-    """``breaker``'s state as the cluster sees it."""
+    """``breaker``'s state as the cluster sees it.
+
+    Parameters:
+        app: The Celery app whose store holds the breaker's record.
+        breaker: The breaker to read.
+
+    Returns:
+        Its state, failures in the window, hold, probe and last error.
+
+    Raises:
+        StoreError: The store cannot be reached, or the breaker's record is unreadable.
+    """
     return _status(store_for(app), breaker.name, breaker)
 
 
 def breaker_statuses(app: Celery) -> list[BreakerStatus]:
-    """Every breaker of ``app`` and every breaker with state in its store, by name."""
+    """Every breaker of ``app`` and every breaker with state in its store, by name.
+
+    Parameters:
+        app: The Celery app whose breakers (its tasks' and its store's) to read.
+
+    Returns:
+        One status a breaker, sorted by name.
+
+    Raises:
+        StoreError: The store cannot be reached, or a breaker's record is unreadable.
+    """
     store = store_for(app)
     known = breakers_of(app)
     names = {key[len(RECORD_PREFIX) :] for key in store.record_keys(RECORD_PREFIX)}

@@ -15,7 +15,7 @@ from celery.worker.consumer.tasks import Tasks
 from ..settings import config_for
 from .admission import TrialAdmission
 from .agent import BreakerAgent
-from .options import breakers_of
+from .circuit import breakers_of
 
 
 class BreakerStep(bootsteps.StartStopStep):

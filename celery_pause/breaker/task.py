@@ -17,14 +17,17 @@ from celery import Celery, Task
 from celery.exceptions import Ignore, Reject, Retry
 
 from ..errors import ConfigurationError, StoreError
+from ..model.outcome import Outcome
 from ..routing import queue_of
 from ..settings import config_for
 from ..stores import Store, store_for
-from .options import CircuitBreaker, describe
+from .circuit import CircuitBreaker, describe
 from .record import CLOSED, HALF_OPEN, BreakerRecord
 
 logger = logging.getLogger(__name__)
 
+TRIPPED, REOPENED = "tripped", "reopened"
+"""What a counted failure did to the breaker's record (empty: nothing)."""
 REQUEUES_HEADER = "celery_pause_requeues"
 """Message header counting re-publishes into a queue the breaker did not pause."""
 
@@ -166,26 +169,21 @@ def task_failed(breaker: CircuitBreaker, task: Task, exc: BaseException) -> Base
         before, _ = breaker.check_forced_resume(store, breaker.read(store))
         count = store.add_event(breaker.key, window=breaker.window, detail=error)
         hold_id = uuid.uuid4().hex[:12]
-        outcome: list[str] = []
         # Open only where a worker runs the breaker's agent: nothing else closes it.
         due = count >= breaker.fail_max or (
             before.ramp_until is not None and before.ramping(store.now())
         )
         may_trip = not due or agent_running(app, store, breaker)
 
-        def after_failure(rec: BreakerRecord, now: float) -> BreakerRecord | None:
-            outcome.clear()
+        def after_failure(rec: BreakerRecord, now: float) -> Outcome[BreakerRecord, str]:
             if period is not None:
                 reopened = rec.fail(period, now, error, breaker.policy, key=request.id)
                 if reopened is not None:
-                    outcome.append("reopened")
-                    return reopened
+                    return Outcome(reopened, REOPENED)
             tripped = rec.trip(now, count, error, breaker.policy, hold_id) if may_trip else None
-            if tripped is not None:
-                outcome.append("tripped")
-            return tripped
+            return Outcome(tripped, TRIPPED if tripped is not None else "")
 
-        record, _ = breaker.change(store, after_failure)
+        record, happened = breaker.decide(store, after_failure)
         breaker.last_read = (time.monotonic(), record)
         if not may_trip and record.state == CLOSED:
             logger.error(
@@ -194,9 +192,9 @@ def task_failed(breaker: CircuitBreaker, task: Task, exc: BaseException) -> Base
                 breaker.name,
                 count,
             )
-        if outcome == ["tripped"]:
+        if happened == TRIPPED:
             breaker.place_hold(app, store, record, paused_by=request.hostname or "a worker")
-        elif outcome == ["reopened"]:
+        elif happened == REOPENED:
             logger.warning(
                 "celery-pause: circuit %s: trial %s failed (%s); open again, next probe in %gs",
                 breaker.name,

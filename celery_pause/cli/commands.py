@@ -16,6 +16,7 @@ import json
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from datetime import datetime, timedelta
+from typing import Any
 from urllib.parse import urlsplit
 
 import click
@@ -24,6 +25,8 @@ from celery.bin.base import CeleryCommand
 from click.core import ParameterSource
 
 from .. import api
+from ..api.document import PAUSED, RUNNING, cluster_state, overview
+from ..api.results import PauseResult
 from ..errors import (
     AlreadyPaused,
     ConfigurationError,
@@ -33,22 +36,21 @@ from ..errors import (
     StoreError,
 )
 from ..history import format_history
-from ..overview import PAUSED, RUNNING, cluster_state, overview
-from ..results import PauseResult
-from ..scope import Scope
-from ..settings import config_for
-from ..state import BEAT_POLICIES
+from ..model.formatting import printable
+from ..model.scope import NAMES, Scope
+from ..model.state import BEAT_POLICIES
+from ..settings import config_for, setting_name
 from .init_store import init_store
 from .live import LiveProgress
 from .params import (
-    QUEUES_OPTION,
-    TASKS_OPTION,
-    WORKERS_OPTION,
     DateTime,
     Duration,
     check_by,
     check_reason,
     check_timeout,
+    flag_of,
+    scope_options,
+    shared_store,
 )
 from .render import pause_lines, resume_lines, status_lines, timeout_lines
 from .serve import serve
@@ -98,6 +100,7 @@ def operator_errors(ctx: click.Context) -> Iterator[None]:
     """Turn celery-pause's errors into messages and exit codes, never a traceback."""
     app: Celery = ctx.obj.app
     hint = app_hint(ctx)
+    shared_store(app)
     try:
         yield
     except AlreadyPaused as exc:
@@ -109,11 +112,13 @@ def operator_errors(ctx: click.Context) -> Iterator[None]:
     except StoreError as exc:
         raise click.ClickException(
             masked(f"cannot use the pause store: {exc}", app)
-            + "\nNothing changed. Check pause_store_url and that the store is up."
+            + f"\nNothing changed. Check {setting_name(app, 'pause_store_url')} and that the "
+            "store is up."
         ) from None
     except InvalidWindow as exc:
         raise BadWindow(
-            f"unusable pause_windows: {exc}\nNothing changed. Fix it in the app's configuration."
+            f"unusable {setting_name(app, 'pause_windows')}: {exc}\nNothing changed. Fix it in "
+            "the app's configuration."
         ) from None
     except ConfigurationError as exc:
         raise click.ClickException(masked(f"celery-pause is not configured: {exc}", app)) from None
@@ -123,7 +128,7 @@ def operator_errors(ctx: click.Context) -> Iterator[None]:
 
 # -- pause --------------------------------------------------------------------------------------
 PAUSE_OPTIONS = (
-    "reason", "by", "queues", "tasks", "workers", "resume_after", "resume_at", "start_at", "beat",
+    "reason", "by", *NAMES, "resume_after", "resume_at", "start_at", "beat",
     "force", "wait", "timeout",
 )  # fmt: skip
 
@@ -137,9 +142,7 @@ PAUSE_OPTIONS = (
     "--by", callback=check_by, metavar="NAME",
     help="Who pauses, for the record (default: user@host).",
 )  # fmt: skip
-@QUEUES_OPTION
-@TASKS_OPTION
-@WORKERS_OPTION
+@scope_options
 @click.option(
     "--resume-after", type=Duration(),
     help="Resume automatically after DURATION: 90s, 30m, 2h, 1h30m or plain seconds.",
@@ -173,11 +176,9 @@ PAUSE_OPTIONS = (
 @click.pass_context
 def pause(
     ctx: click.Context,
+    /,
     reason: str | None,
     by: str | None,
-    queues: list[str] | None,
-    tasks: list[str] | None,
-    workers: list[str] | None,
     resume_after: timedelta | None,
     resume_at: datetime | None,
     start_at: datetime | None,
@@ -185,6 +186,7 @@ def pause(
     force: bool,
     wait: bool,
     timeout: float,
+    **scope: list[str] | None,
 ) -> None:
     """Pause task processing: every task on every worker, or the -Q queues, the --tasks
     (names or patterns) and the -d workers given (each dimension narrows the pause).
@@ -200,7 +202,7 @@ def pause(
     ]  # fmt: skip
     if ctx.invoked_subcommand is not None:
         if given:
-            option = "--" + given[0].replace("_", "-").replace("workers", "destination")
+            option = flag_of(ctx, given[0])
             raise click.UsageError(
                 f"{option} belongs to `pause` itself, not to `pause {ctx.invoked_subcommand}`",
                 ctx,
@@ -226,9 +228,7 @@ def pause(
                 app,
                 reason=reason,
                 paused_by=by,
-                queues=queues,
-                tasks=tasks,
-                workers=workers,
+                **names(scope),
                 resume_after=resume_after,
                 resume_at=resume_at,
                 start_at=start_at,
@@ -241,7 +241,7 @@ def pause(
         except PauseTimeout as exc:
             progress.close()
             lines = timeout_lines(exc.timeout, exc.busy, progress.last, app_hint(ctx))
-            raise Unconfirmed("\n".join(lines)) from None
+            raise Unconfirmed("\n".join(printable(line) for line in lines)) from None
         except KeyboardInterrupt:
             progress.close()
             ctx.obj.error("Stopped waiting. The pause stays in effect.")
@@ -249,15 +249,20 @@ def pause(
         progress.close()
         if not wait:
             for line in pause_lines(result):
-                ctx.obj.echo(line)
+                ctx.obj.echo(printable(line))
         confirmations(ctx, result, waited=wait)
+
+
+def names(scope: dict[str, list[str] | None]) -> dict[str, Any]:
+    """The names given per dimension, as keyword arguments of the Python API."""
+    return {name: scope[name] for name in NAMES}
 
 
 def confirmations(ctx: click.Context, result: PauseResult, *, waited: bool) -> None:
     """Say who confirmed the pause, or warn that no live worker is there to apply it."""
     warning = ctx.obj.style("Warning:", fg="yellow", bold=True)
     for text in result.warnings:
-        ctx.obj.error(f"{warning} {text}.")
+        ctx.obj.error(f"{warning} {printable(text)}.")
     status = api.status(ctx.obj.app)
     workers = result.workers if waited else status.workers
     if not workers:
@@ -289,12 +294,12 @@ def status(ctx: click.Context, as_json: bool, with_history: bool) -> None:
     if as_json:
         click.echo(json.dumps(view.to_json(), indent=2))
         return
-    lines = status_lines(view)
+    lines = [printable(line) for line in status_lines(view)]
     state = cluster_state(view.status.paused)
     coloured = ctx.obj.style(state, fg=STATE_COLOURS.get(state, "yellow"), bold=True)
     lines[0] = lines[0].replace(state, coloured, 1)
     if view.history is not None:
-        lines.append(format_history(view.history))
+        lines.extend(printable(line) for line in format_history(view.history).splitlines())
     for line in lines:
         ctx.obj.echo(line)
 
@@ -305,9 +310,7 @@ pause.add_command(init_store)
 
 # -- resume -------------------------------------------------------------------------------------
 @click.command(cls=CeleryCommand, short_help="Resume the queues paused by hand.")
-@QUEUES_OPTION
-@TASKS_OPTION
-@WORKERS_OPTION
+@scope_options
 @click.option(
     "--hold", "hold_id", metavar="ID",
     help="Lift exactly this hold (ids in `pause status`): cancel a scheduled pause, or end "
@@ -325,33 +328,32 @@ pause.add_command(init_store)
 @click.pass_context
 def resume(
     ctx: click.Context,
-    queues: list[str] | None,
-    tasks: list[str] | None,
-    workers: list[str] | None,
+    /,
     hold_id: str | None,
     force: bool,
     ramp: timedelta | None,
+    **scope: list[str] | None,
 ) -> None:
     """Resume what was paused by hand: everything, or within the -Q queues, --tasks and -d
     workers given; or lift one hold by id (--hold).
 
     Says whether the queues now flow, or what still holds them.
     """
-    if hold_id is not None and (queues or tasks or workers):
-        raise click.UsageError("--hold lifts one hold: give it without -Q, --tasks or -d", ctx)
+    if hold_id is not None and any(scope.values()):
+        *others, last = (flag_of(ctx, name, short=True) for name in NAMES)
+        flags = f"{', '.join(others)} or {last}"
+        raise click.UsageError(f"--hold lifts one hold: give it without {flags}", ctx)
     with operator_errors(ctx):
         result = api.resume(
             ctx.obj.app,
-            queues=queues,
-            tasks=tasks,
-            workers=workers,
+            **names(scope),
             hold=hold_id,
             force=force,
             ramp=ramp,
         )
-    asked = Scope.of(queues, tasks=tasks, workers=workers)
+    asked = Scope.of_names(dict(scope))
     if hold_id is not None:
         lifted = (*result.removed, *result.cancelled)
         asked = lifted[0].scope if lifted else asked
     for line in resume_lines(result, asked, force=force):
-        ctx.obj.echo(line)
+        ctx.obj.echo(printable(line))

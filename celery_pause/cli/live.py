@@ -6,8 +6,9 @@ import time
 from collections.abc import Callable, Sequence
 from typing import TextIO
 
-from ..report import WorkerReport
-from ..results import PauseResult
+from ..api.results import PauseResult
+from ..model.formatting import printable
+from ..model.report import WorkerReport
 from .render import pause_lines, progress_lines
 
 REDRAW_EVERY = 0.1
@@ -68,5 +69,5 @@ class LiveProgress:
         self._height = 0
 
     def _write(self, lines: Sequence[str]) -> None:
-        self.stream.write("".join(line + "\n" for line in lines))
+        self.stream.write("".join(printable(line) + "\n" for line in lines))
         self.stream.flush()

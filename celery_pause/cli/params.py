@@ -1,16 +1,22 @@
-"""The CLI's option types and checks, each a thin wrapper of :mod:`celery_pause.validation`."""
+"""The CLI's option types and checks, thin wrappers of :mod:`celery_pause.model.validation`."""
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from datetime import datetime, timedelta, timezone
-from typing import Any
+from typing import Any, TypeVar
 
 import click
+from celery import Celery
 
-from ..errors import InvalidInput
-from ..validation import check_names, parse_datetime, parse_duration
-from ..validation import check_reason as check_reason_text
+from ..errors import ConfigurationError, InvalidInput
+from ..model.scope import DIMENSIONS
+from ..model.validation import check_names, parse_datetime, parse_duration
+from ..model.validation import check_reason as check_reason_text
+from ..settings import config_for, setting_name
+
+Command = TypeVar("Command", bound=Callable[..., Any])
 
 
 # ParamType is generic from click 8.2 on, a plain class before: no subscript here.
@@ -84,15 +90,36 @@ def check_by(ctx: click.Context, param: click.Parameter, value: str | None) -> s
     return value.strip() if value else None
 
 
-QUEUES_OPTION = click.option(
-    "-Q", "--queues", type=NameList("queue"), default=None, metavar="Q1,Q2",
-    help="Comma-separated queue names (default: every queue).",
-)  # fmt: skip
-TASKS_OPTION = click.option(
-    "--tasks", type=NameList("task"), default=None, metavar="T1,T2",
-    help="Comma-separated task names or patterns, e.g. proj.billing.* (default: every task).",
-)  # fmt: skip
-WORKERS_OPTION = click.option(
-    "-d", "--destination", "workers", type=NameList("worker"), default=None, metavar="W1,W2",
-    help="Comma-separated worker hostnames or patterns, e.g. w1@* (default: every worker).",
-)  # fmt: skip
+def scope_options(command: Command) -> Command:
+    """One option per dimension of a scope (``-Q``, ``--tasks``, ``-d``), from the table;
+    the command receives each as a keyword argument named for its dimension."""
+    for dimension in reversed(DIMENSIONS):
+        letter = dimension.singular[0].upper()
+        command = click.option(
+            *dimension.flags, dimension.name, type=NameList(dimension.singular), default=None,
+            metavar=f"{letter}1,{letter}2", help=dimension.help,
+        )(command)  # fmt: skip
+    return command
+
+
+def shared_store(app: Celery) -> None:
+    """Refuse a store that lives in this process alone (``memory://``): nothing this command
+    wrote or read there would reach the workers."""
+    try:
+        url = config_for(app).store_url
+    except ConfigurationError:
+        return  # said by the command itself, with the rest of the configuration's errors
+    if url.partition("://")[0] == "memory":
+        raise click.ClickException(
+            f"{setting_name(app, 'pause_store_url')} is memory://: that store lives inside one "
+            "process, so this command cannot reach the workers' pause state. Use a store every "
+            "process shares (redis://…, db+postgresql+psycopg://…, file:///dir for one host)."
+        )
+
+
+def flag_of(ctx: click.Context, name: str, *, short: bool = False) -> str:
+    """The long (or ``short``est) option of parameter ``name`` of the current command."""
+    for param in ctx.command.params:
+        if param.name == name and isinstance(param, click.Option):
+            return (min if short else max)(param.opts, key=len)
+    return "--" + name.replace("_", "-")

@@ -9,13 +9,13 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping, Sequence
 
-from ..formatting import format_duration, format_time
-from ..overview import Depths, Overview, WindowStatus, cluster_state, since, worker_state
-from ..ramp import Ramp
-from ..report import APPLIED, WorkerReport
-from ..results import ClusterStatus, PauseResult, ResumeResult
-from ..scope import Scope
-from ..state import BEAT_SKIP, Hold
+from ..api.document import Depths, Overview, WindowStatus, cluster_state, since
+from ..api.results import ClusterStatus, PauseResult, ResumeResult
+from ..model.formatting import format_duration, format_time
+from ..model.ramp import Ramp
+from ..model.report import APPLIED, WorkerReport
+from ..model.scope import Scope, Target
+from ..model.state import BEAT_SKIP, Hold
 
 
 # -- small pieces ------------------------------------------------------------------------
@@ -163,9 +163,9 @@ def resume_lines(result: ResumeResult, asked: Scope, *, force: bool) -> list[str
         lines.extend(f"  {scheduled_line(hold, result.now)}" for hold in result.scheduled)
     if not result.remaining:
         if not result.removed and not result.cancelled:
-            lines.append(f"Nothing to resume: {asked.describe()} already flow.")
+            lines.append(f"Nothing to resume: {asked.describe()} already {flow(asked)}.")
         elif result.removed:
-            lines.append(f"{asked.describe().capitalize()} flow again.")
+            lines.append(f"{asked.describe().capitalize()} {flow(asked)} again.")
         return lines
     if not result.removed and not result.cancelled:
         lines.append(f"No manual hold to remove on {asked.describe()}.")
@@ -222,6 +222,15 @@ def timeout_lines(
     return lines
 
 
+def flow(scope: Scope) -> str:
+    """``flows`` after a scope that reads as one thing (``queue emails``), else ``flow``."""
+    if len(scope.rules) != 1 or scope.everything:
+        return "flow"
+    rule = scope.rule
+    named = rule.tasks if rule.tasks is not None else rule.queues
+    return "flows" if named is not None and len(named) == 1 else "flow"
+
+
 # -- status --------------------------------------------------------------------------------
 def status_lines(view: Overview) -> list[str]:
     """``pause status`` as text: the state, holds, workers, queues and breakers."""
@@ -258,7 +267,7 @@ def workers_lines(status: ClusterStatus) -> list[str]:
     generation = status.state.generation
     if not workers:
         return [f"Workers: none live (reports in {status.store})"]
-    states = [worker_state(w, generation) for w in workers]
+    states = [w.state_for(generation) for w in workers]
     running = sum(len(w.running) for w in workers)
     head = f"Workers: {len(workers)} live"
     if status.paused:
@@ -295,9 +304,9 @@ def queues_line(status: ClusterStatus, depths: Depths) -> str:
         count = "?" if waiting is None else f"{waiting:,}"
         mark = (
             " (paused)"
-            if status.paused.covers(name)
+            if status.paused.covers(Target(queue=name))
             else " (partly paused)"
-            if status.paused.touches(name)
+            if status.paused.touches(Target(queue=name))
             else ""
         )
         parts.append(f"{name} {count} waiting{mark}")

@@ -13,6 +13,7 @@ from celery.bin.base import CeleryCommand
 from ..errors import ConfigurationError
 from ..http.admin import make_admin_app, read_token
 from ..http.server import Server, is_loopback
+from .params import shared_store
 
 DEFAULT_PORT = 5580
 
@@ -41,6 +42,7 @@ DEFAULT_PORT = 5580
 def serve(ctx: click.Context, host: str, port: int, token_file: Path | None, no_auth: bool) -> None:
     """Serve the admin API and status page: GET /status, POST /pause, POST /resume, GET /."""
     app: Celery = ctx.obj.app
+    shared_store(app)
     if token_file is not None and no_auth:
         raise click.UsageError("give --token-file or --no-auth, not both")
     if token_file is None and not no_auth:

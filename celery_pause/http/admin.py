@@ -30,10 +30,12 @@ from typing import Any
 from celery import Celery
 
 from ..api import pause, resume
-from ..depths import queue_depths
+from ..api.depths import queue_depths
+from ..api.document import overview
 from ..errors import AlreadyPaused, ConfigurationError, InvalidInput, PauseError, StoreError
-from ..overview import overview
-from ..validation import parse_datetime, parse_duration
+from ..model.scope import NAMES
+from ..model.validation import parse_datetime, parse_duration
+from .backlog import render_backlog
 from .server import Request, Response, json_response, wsgi_app
 
 logger = logging.getLogger(__name__)
@@ -41,10 +43,10 @@ logger = logging.getLogger(__name__)
 HISTORY_SHOWN = 20
 DEPTH_CACHE = 2.0
 PAUSE_FIELDS = (
-    "reason", "by", "queues", "tasks", "workers", "resume_after", "resume_at", "start_at", "beat",
+    "reason", "by", *NAMES, "resume_after", "resume_at", "start_at", "beat",
     "force",
 )  # fmt: skip
-RESUME_FIELDS = ("queues", "tasks", "workers", "hold", "force", "by", "ramp")
+RESUME_FIELDS = (*NAMES, "hold", "force", "by", "ramp")
 STATIC = {
     "/": ("index.html", "text/html; charset=utf-8"),
     "/page.js": ("page.js", "text/javascript; charset=utf-8"),
@@ -79,6 +81,7 @@ class AdminAPI:
             return Response(200, body, content_type, PAGE_HEADERS)
         routes: dict[tuple[str, str], Callable[[Request], Response]] = {
             ("GET", "/status"): self.get_status,
+            ("GET", "/metrics"): self.get_metrics,
             ("POST", "/pause"): self.post_pause,
             ("POST", "/resume"): self.post_resume,
         }
@@ -87,7 +90,9 @@ class AdminAPI:
             allowed = [method for method, path in routes if path == request.path]
             if allowed:
                 return json_response(405, {"error": f"use {allowed[0]}"}, (("Allow", allowed[0]),))
-            return json_response(404, {"error": "try GET /status, POST /pause, POST /resume"})
+            return json_response(
+                404, {"error": "try GET /status, GET /metrics, POST /pause, POST /resume"}
+            )
         refusal = self.authenticate(request)
         if refusal is not None:
             return refusal
@@ -136,6 +141,15 @@ class AdminAPI:
     def get_status(self, request: Request) -> Response:
         return json_response(200, self.status_document())
 
+    def get_metrics(self, request: Request) -> Response:
+        """The queues' backlog, and what of it can run, for autoscalers."""
+        view = overview(self.app, depths=self.queue_depths)
+        try:
+            body, content_type = render_backlog(view)
+        except ConfigurationError as exc:
+            return json_response(501, {"error": str(exc)})
+        return Response(200, body, content_type)
+
     def post_pause(self, request: Request) -> Response:
         body = _body(request, PAUSE_FIELDS)
         resume_after = body.get("resume_after")
@@ -145,9 +159,7 @@ class AdminAPI:
             self.app,
             reason=_opt_text(body, "reason"),
             paused_by=_opt_text(body, "by") or _caller(request),
-            queues=_names(body, "queues"),
-            tasks=_names(body, "tasks"),
-            workers=_names(body, "workers"),
+            **_scope_names(body),
             resume_after=_duration(resume_after) if resume_after not in (None, "") else None,
             resume_at=_moment(resume_at) if resume_at not in (None, "") else None,
             start_at=_moment(start_at, "start_at") if start_at not in (None, "") else None,
@@ -170,9 +182,7 @@ class AdminAPI:
         body = _body(request, RESUME_FIELDS)
         result = resume(
             self.app,
-            queues=_names(body, "queues"),
-            tasks=_names(body, "tasks"),
-            workers=_names(body, "workers"),
+            **_scope_names(body),
             hold=_opt_text(body, "hold"),
             force=_flag(body, "force"),
             resumed_by=_opt_text(body, "by") or _caller(request),
@@ -263,6 +273,11 @@ def _flag(body: dict[str, Any], key: str) -> bool:
     if not isinstance(value, bool):
         raise InvalidInput(f"{key} must be true or false")
     return value
+
+
+def _scope_names(body: dict[str, Any]) -> dict[str, Any]:
+    """The names given for each dimension of a scope (``queues``, ``tasks``, …)."""
+    return {name: _names(body, name) for name in NAMES}
 
 
 def _names(body: dict[str, Any], key: str) -> list[str] | None:

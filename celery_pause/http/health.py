@@ -10,8 +10,8 @@ from __future__ import annotations
 import logging
 
 from ..errors import ConfigurationError
-from ..formatting import format_time
-from ..view import Observed
+from ..model.formatting import format_time
+from ..worker.view import Observed
 from .metrics import INSTALL_HINT, render, require_prometheus
 from .server import Request, Response, Server, json_response, wsgi_app
 

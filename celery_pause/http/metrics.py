@@ -13,7 +13,7 @@ from types import ModuleType
 from typing import Any
 
 from ..errors import ConfigurationError
-from ..view import Observed
+from ..worker.view import Observed
 
 INSTALL_HINT = "pip install 'celery-pause[metrics]'"
 

@@ -1,7 +1,7 @@
 """The consumer bootstep that serves ``/healthz``, ``/readyz`` and ``/metrics``.
 
 On only when ``pause_http_port`` is set. It serves what the worker's monitor
-sees, so it needs nothing but the monitor's picture (:class:`~celery_pause.view.Observed`).
+sees, so it needs nothing but the monitor's picture (:class:`~celery_pause.worker.view.Observed`).
 """
 
 from __future__ import annotations

@@ -1,57 +1,58 @@
-"""Pause stores, chosen by the scheme of ``pause_store_url``."""
+"""Pause stores, chosen by the scheme of ``pause_store_url`` (see :mod:`.aliases`)."""
 
 from __future__ import annotations
 
+import importlib
 import importlib.util
+import inspect
 
 from celery import Celery
-from kombu.utils.url import sanitize_url
 
 from ..errors import ConfigurationError
-from ..settings import REDIS_SCHEMES, SENTINEL_SCHEME, PauseConfig, config_for
-from .base import Snapshot, Store
+from ..settings import PauseConfig, config_for
+from .aliases import SCHEMES, STORE_ALIASES, Alias, alias_for
+from .base import RecordUpdated, Snapshot, Store, Updated, bad_url, display
 
-__all__ = ("Snapshot", "Store", "open_store", "store_for")
-
-SCHEMES = "redis://, rediss://, unix://, sentinel://, db+<SQLAlchemy URL>, file:///dir or memory://"
+__all__ = (
+    "STORE_ALIASES",
+    "RecordUpdated",
+    "Snapshot",
+    "Store",
+    "Updated",
+    "load_store_class",
+    "open_store",
+    "store_for",
+)
 
 
 def open_store(config: PauseConfig) -> Store:
-    """A new store for ``config``; raises :class:`ConfigurationError` for an unknown scheme."""
+    """A new store for ``config``; raises :class:`ConfigurationError` for an unknown scheme,
+    a URL the store cannot use, or a store class that breaks the contract."""
     url = config.store_url
-    scheme = url.partition("://")[0]
-    if scheme in REDIS_SCHEMES:
-        from .redis import RedisStore
-
-        return RedisStore(url, config.key_prefix, timeout=config.store_timeout)
-    if scheme == SENTINEL_SCHEME:
-        from .sentinel import SentinelStore
-
-        return SentinelStore(
-            url, config.key_prefix, options=config.store_options, timeout=config.store_timeout
+    alias = alias_for(url)
+    if alias is None:
+        raise ConfigurationError(
+            f"pause_store_url {display(url)!r} has an unknown scheme; use {SCHEMES}"
         )
-    if scheme.startswith("db+"):
-        if importlib.util.find_spec("sqlalchemy") is None:
-            raise ConfigurationError(
-                f"pause_store_url {sanitize_url(url)!r} needs SQLAlchemy: "
-                "pip install 'celery-pause[sql]'"
-            )
-        from .sql import SqlStore
+    if alias.requires and importlib.util.find_spec(alias.requires) is None:
+        raise bad_url(url, f"needs {alias.install}")
+    store_class = load_store_class(alias)
+    return store_class.open(
+        url, config.key_prefix, timeout=config.store_timeout, options=config.store_options
+    )
 
-        return SqlStore(url, config.key_prefix, timeout=config.store_timeout)
-    if scheme == "file":
-        from .file import FileStore
 
-        return FileStore(url, config.key_prefix)
-    if scheme == "memory":
-        from .memory import MemoryStore
-
-        return MemoryStore(url, config.key_prefix)
-    try:
-        shown = sanitize_url(url)
-    except ValueError:
-        shown = "<unreadable URL>"
-    raise ConfigurationError(f"pause_store_url {shown!r} has an unknown scheme; use {SCHEMES}")
+def load_store_class(alias: Alias) -> type[Store]:
+    """The store class ``alias`` names; :class:`ConfigurationError` unless it is a
+    :class:`Store` with every method of the contract."""
+    module_name, _, class_name = alias.target.partition(":")
+    found = getattr(importlib.import_module(module_name), class_name, None)
+    if not (isinstance(found, type) and issubclass(found, Store)):
+        raise ConfigurationError(f"{alias.target} is not a pause store")
+    if inspect.isabstract(found):
+        missing = ", ".join(sorted(found.__abstractmethods__))
+        raise ConfigurationError(f"the pause store {alias.target} lacks {missing}")
+    return found
 
 
 def store_for(app: Celery) -> Store:

@@ -8,23 +8,29 @@ import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from kombu.utils.url import sanitize_url
 
-from ..errors import InvalidInput, StoreError
-from ..report import WorkerReport
-from ..state import PauseState
+from ..errors import ConfigurationError, InvalidInput, StoreError
+from ..model.outcome import Outcome
+from ..model.report import WorkerReport
+from ..model.state import PauseState
 
 LOG_NAME = re.compile(r"[a-z][a-z0-9_-]{0,63}\Z")
-
-Change = Callable[[PauseState, float], PauseState | None]
-"""Given the current state and store time, the next state, or ``None`` for no change."""
-
-RecordChange = Callable[[dict[str, Any] | None, float], dict[str, Any] | None]
-"""Given a record (``None`` if there is none) and store time, the next record, or ``None``."""
-
 KEY = re.compile(r"[A-Za-z0-9_.:@-]{1,200}\Z")
+PASSWORD = re.compile(r"(//[^/@:]*:)[^@]*@")
+
+R = TypeVar("R")
+Record = dict[str, Any]
+"""A record of the breakers' primitives: a JSON object."""
+
+Change = Callable[[PauseState, float], Outcome[PauseState, R]]
+"""Given the current state and store time, the next state (``None``: no change) and a result."""
+
+RecordChange = Callable[[Record | None, float], Outcome[Record, R]]
+"""Given a record (``None`` if there is none) and store time, the next record (``None``: no
+change) and a result."""
 
 
 @dataclass(frozen=True)
@@ -35,17 +41,67 @@ class Snapshot:
     now: float
 
 
+@dataclass(frozen=True)
+class Updated(Generic[R]):
+    """What :meth:`Store.update` committed: the state after it, whether it changed, and the
+    result of the attempt that committed."""
+
+    snapshot: Snapshot
+    changed: bool
+    result: R
+
+    @classmethod
+    def of(cls, current: PauseState, now: float, outcome: Outcome[PauseState, R]) -> Updated[R]:
+        """The update ``outcome`` makes of ``current`` at store time ``now``."""
+        if outcome.value is None:
+            return cls(Snapshot(current, now), False, outcome.result)
+        return cls(Snapshot(outcome.value, now), True, outcome.result)
+
+
+@dataclass(frozen=True)
+class RecordUpdated(Generic[R]):
+    """What :meth:`Store.update_record` committed: the record after it (``None`` if there
+    is none), whether it changed, and the result of the attempt that committed."""
+
+    record: Record | None
+    changed: bool
+    result: R
+
+    @classmethod
+    def of(cls, current: Record | None, outcome: Outcome[Record, R]) -> RecordUpdated[R]:
+        """The update ``outcome`` makes of ``current``."""
+        if outcome.value is None:
+            return cls(current, False, outcome.result)
+        return cls(outcome.value, True, outcome.result)
+
+
 class Store(ABC):
-    """Where the pause state lives. Implementations must make :meth:`update` atomic."""
+    """Where the pause state lives. Implementations must make :meth:`update` atomic.
+
+    Every method is part of the contract (abstract): a store that lacks one cannot be
+    instantiated. Every I/O failure raises :class:`StoreError` naming the store by
+    :attr:`display_url` (never a password); a URL a store cannot use raises
+    :class:`ConfigurationError` from the constructor.
+    """
 
     def __init__(self, url: str, prefix: str) -> None:
         self.url = url
         self.prefix = prefix
 
+    @classmethod
+    def open(cls, url: str, prefix: str, *, timeout: float, options: Mapping[str, Any]) -> Store:
+        """The store at ``url`` as :func:`~celery_pause.stores.open_store` opens it, with the
+        store timeout and transport options of the settings (most stores need neither)."""
+        return cls(url, prefix)
+
     @property
     def display_url(self) -> str:
         """The URL with any password masked, safe to print."""
-        return sanitize_url(self.url)
+        return display(self.url)
+
+    def failed(self, detail: object) -> StoreError:
+        """The error for an I/O failure of this store: its URL (password masked) and why."""
+        return StoreError(f"pause store {self.display_url} failed: {detail}")
 
     @abstractmethod
     def now(self) -> float:
@@ -56,8 +112,9 @@ class Store(ABC):
         """The current state and store time."""
 
     @abstractmethod
-    def update(self, change: Change) -> tuple[Snapshot, bool]:
-        """Apply ``change`` atomically; return the resulting snapshot and whether it changed.
+    def update(self, change: Change[R]) -> Updated[R]:
+        """Apply ``change`` atomically; return the state after it, whether it changed, and
+        the result of the attempt that committed.
 
         ``change`` may be called more than once (on contention) and must be pure.
         """
@@ -79,17 +136,17 @@ class Store(ABC):
         reports = (r for r in self.worker_reports() if now - r.seen <= ttl)
         return sorted(reports, key=lambda r: r.hostname)
 
+    @abstractmethod
     def append_log(self, log: str, entry: Mapping[str, Any], *, keep: int) -> None:
         """Append ``entry`` (a JSON object) to the list ``log``, keeping the newest ``keep``.
 
         Independent of :meth:`update`: it neither takes part in nor waits for a
         state change, so it may be called right after one.
         """
-        raise NotImplementedError(f"{type(self).__name__} keeps no logs")
 
+    @abstractmethod
     def read_log(self, log: str, *, limit: int | None = None) -> list[dict[str, Any]]:
         """The newest ``limit`` entries of ``log`` (every kept one by default), newest first."""
-        raise NotImplementedError(f"{type(self).__name__} keeps no logs")
 
     def init(self) -> str:
         """Create what the store needs (tables) unless it exists; say what was done."""
@@ -106,51 +163,52 @@ class Store(ABC):
     # every value is JSON, every key lives under the store's prefix, and each call
     # is atomic across all processes that share the store.
 
+    @abstractmethod
     def add_event(self, key: str, *, window: float, detail: str = "", limit: int = 1000) -> int:
         """Record an event now in the sliding window ``key``; return how many events
         the window holds (those of the last ``window`` seconds, at most ``limit``)."""
-        raise NotImplementedError(f"{type(self).__name__} keeps no events")
 
+    @abstractmethod
     def recent_events(self, key: str, *, window: float) -> list[Event]:
         """The events of the last ``window`` seconds in ``key``, oldest first."""
-        raise NotImplementedError(f"{type(self).__name__} keeps no events")
 
+    @abstractmethod
     def clear_events(self, key: str) -> None:
         """Forget every event in ``key``."""
-        raise NotImplementedError(f"{type(self).__name__} keeps no events")
 
-    def read_record(self, key: str) -> dict[str, Any] | None:
+    @abstractmethod
+    def read_record(self, key: str) -> Record | None:
         """The JSON object stored as ``key``, or ``None``; :class:`StoreError` if unreadable."""
-        raise NotImplementedError(f"{type(self).__name__} keeps no records")
 
-    def update_record(self, key: str, change: RecordChange) -> tuple[dict[str, Any] | None, bool]:
-        """Apply ``change`` to record ``key`` atomically; return the record and whether it changed.
+    @abstractmethod
+    def update_record(self, key: str, change: RecordChange[R]) -> RecordUpdated[R]:
+        """Apply ``change`` to record ``key`` atomically; return the record after it, whether
+        it changed, and the result of the attempt that committed.
 
         Like :meth:`update`, ``change`` may run more than once and must be pure. An
         unreadable record raises :class:`StoreError` and is left as it is.
         """
-        raise NotImplementedError(f"{type(self).__name__} keeps no records")
 
+    @abstractmethod
     def delete_record(self, key: str) -> None:
         """Remove record ``key`` (no error if there is none)."""
-        raise NotImplementedError(f"{type(self).__name__} keeps no records")
 
+    @abstractmethod
     def record_keys(self, prefix: str = "") -> list[str]:
         """The keys of every record whose key starts with ``prefix``, sorted."""
-        raise NotImplementedError(f"{type(self).__name__} keeps no records")
 
+    @abstractmethod
     def acquire_lease(self, key: str, owner: str, ttl: float) -> bool:
         """Take lease ``key`` for ``ttl`` seconds if it is free or expired, or extend it
         if ``owner`` holds it already; return whether ``owner`` holds it now."""
-        raise NotImplementedError(f"{type(self).__name__} keeps no leases")
 
+    @abstractmethod
     def release_lease(self, key: str, owner: str) -> bool:
         """Give up lease ``key`` if ``owner`` holds it; return whether it did."""
-        raise NotImplementedError(f"{type(self).__name__} keeps no leases")
 
+    @abstractmethod
     def lease_owner(self, key: str) -> str | None:
         """Who holds lease ``key`` now, or ``None`` if it is free or expired."""
-        raise NotImplementedError(f"{type(self).__name__} keeps no leases")
 
 
 @dataclass(frozen=True)
@@ -159,6 +217,25 @@ class Event:
 
     at: float
     detail: str = ""
+
+
+def display(url: str) -> str:
+    """``url`` with any password masked, safe to print, also when it does not parse (a bad
+    port); each of several ``;``-separated URLs (Sentinel) on its own."""
+    return ";".join(_display_one(part.strip()) if part.strip() else "" for part in url.split(";"))
+
+
+def _display_one(url: str) -> str:
+    try:
+        return sanitize_url(url)
+    except ValueError:
+        return PASSWORD.sub(r"\1**@", url)
+
+
+def bad_url(url: str, problem: str) -> ConfigurationError:
+    """The error for a store URL that cannot be used: the URL (password masked) and why."""
+    joined = problem if problem.startswith(":") else f" {problem}"
+    return ConfigurationError(f"pause_store_url {display(url)!r}{joined}")
 
 
 def check_key(key: str) -> str:

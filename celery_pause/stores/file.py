@@ -17,14 +17,19 @@ from typing import Any
 from urllib.parse import quote, unquote, urlsplit
 
 from ..errors import StoreError
-from ..report import WorkerReport
-from ..state import PauseState
+from ..model.report import WorkerReport
+from ..model.state import PauseState
 from .base import (
     Change,
     Event,
+    R,
+    Record,
     RecordChange,
+    RecordUpdated,
     Snapshot,
     Store,
+    Updated,
+    bad_url,
     check_key,
     check_log_name,
     decode_entry,
@@ -46,7 +51,7 @@ class FileStore(Store):
         super().__init__(url, prefix)
         path = unquote(urlsplit(url).path)
         if not path:
-            raise StoreError(f"file store URL needs a directory: {self.display_url!r}")
+            raise bad_url(url, "names no directory (file:///path/to/dir)")
         self.root = Path(path) / quote(prefix, safe="")
         self.state_path = self.root / "state.json"
         self.workers_dir = self.root / "workers"
@@ -62,15 +67,14 @@ class FileStore(Store):
     def read(self) -> Snapshot:
         return Snapshot(PauseState.decode(self._read(self.state_path)), self.now())
 
-    def update(self, change: Change) -> tuple[Snapshot, bool]:
+    def update(self, change: Change[R]) -> Updated[R]:
         with self._locked():
             current = PauseState.decode(self._read(self.state_path))
             now = self.now()
-            following = change(current, now)
-            if following is None:
-                return Snapshot(current, now), False
-            self._write(self.state_path, following.encode())
-            return Snapshot(following, now), True
+            outcome = change(current, now)
+            if outcome.value is not None:
+                self._write(self.state_path, outcome.value.encode())
+            return Updated.of(current, now, outcome)
 
     def put_worker(self, report: WorkerReport) -> None:
         self._write(self._worker_path(report.hostname), report.encode())
@@ -79,13 +83,13 @@ class FileStore(Store):
         try:
             self._worker_path(hostname).unlink(missing_ok=True)
         except OSError as exc:
-            raise StoreError(f"pause store {self.display_url} failed: {exc}") from None
+            raise self.failed(exc) from None
 
     def worker_reports(self) -> list[WorkerReport]:
         try:
             paths = list(self.workers_dir.glob("*.json"))
         except OSError as exc:
-            raise StoreError(f"pause store {self.display_url} failed: {exc}") from None
+            raise self.failed(exc) from None
         reports = []
         for path in paths:
             raw = self._read(path)
@@ -130,18 +134,17 @@ class FileStore(Store):
         with self._locked(self.root / "events.lock"):
             self._unlink(path)
 
-    def read_record(self, key: str) -> dict[str, Any] | None:
+    def read_record(self, key: str) -> Record | None:
         return decode_record(key, self._read(self._path(self.records_dir, key)))
 
-    def update_record(self, key: str, change: RecordChange) -> tuple[dict[str, Any] | None, bool]:
+    def update_record(self, key: str, change: RecordChange[R]) -> RecordUpdated[R]:
         path = self._path(self.records_dir, key)
         with self._locked(self.root / "records.lock"):
             current = decode_record(key, self._read(path))
-            following = change(current, self.now())
-            if following is None:
-                return current, False
-            self._write(path, encode_record(following))
-            return following, True
+            outcome = change(current, self.now())
+            if outcome.value is not None:
+                self._write(path, encode_record(outcome.value))
+            return RecordUpdated.of(current, outcome)
 
     def delete_record(self, key: str) -> None:
         path = self._path(self.records_dir, key)
@@ -152,7 +155,7 @@ class FileStore(Store):
         try:
             names = [unquote(p.name[: -len(".json")]) for p in self.records_dir.glob("*.json")]
         except OSError as exc:
-            raise StoreError(f"pause store {self.display_url} failed: {exc}") from None
+            raise self.failed(exc) from None
         return sorted(name for name in names if name.startswith(prefix))
 
     def acquire_lease(self, key: str, owner: str, ttl: float) -> bool:
@@ -205,7 +208,7 @@ class FileStore(Store):
         try:
             path.unlink(missing_ok=True)
         except OSError as exc:
-            raise StoreError(f"pause store {self.display_url} failed: {exc}") from None
+            raise self.failed(exc) from None
 
     def _worker_path(self, hostname: str) -> Path:
         return self.workers_dir / (quote(hostname, safe="") + ".json")
@@ -221,7 +224,7 @@ class FileStore(Store):
                 finally:
                     fcntl.flock(lock, fcntl.LOCK_UN)
         except OSError as exc:
-            raise StoreError(f"pause store {self.display_url} failed: {exc}") from None
+            raise self.failed(exc) from None
 
     def _read(self, path: Path) -> bytes | None:
         try:
@@ -229,7 +232,7 @@ class FileStore(Store):
         except FileNotFoundError:
             return None
         except OSError as exc:
-            raise StoreError(f"pause store {self.display_url} failed: {exc}") from None
+            raise self.failed(exc) from None
 
     def _write(self, path: Path, data: bytes) -> None:
         try:
@@ -245,4 +248,4 @@ class FileStore(Store):
                 os.unlink(tmp)
                 raise
         except OSError as exc:
-            raise StoreError(f"pause store {self.display_url} failed: {exc}") from None
+            raise self.failed(exc) from None

@@ -15,14 +15,18 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..report import WorkerReport
-from ..state import PauseState
+from ..model.report import WorkerReport
+from ..model.state import PauseState
 from .base import (
     Change,
     Event,
+    R,
+    Record,
     RecordChange,
+    RecordUpdated,
     Snapshot,
     Store,
+    Updated,
     check_key,
     check_log_name,
     decode_entry,
@@ -84,15 +88,14 @@ class MemoryStore(Store):
         with self.space.lock:
             return Snapshot(PauseState.decode(self.space.state), self.now())
 
-    def update(self, change: Change) -> tuple[Snapshot, bool]:
+    def update(self, change: Change[R]) -> Updated[R]:
         with self.space.lock:
             current = PauseState.decode(self.space.state)
             now = self.now()
-            following = change(current, now)
-            if following is None:
-                return Snapshot(current, now), False
-            self.space.state = following.encode()
-            return Snapshot(following, now), True
+            outcome = change(current, now)
+            if outcome.value is not None:
+                self.space.state = outcome.value.encode()
+            return Updated.of(current, now, outcome)
 
     def put_worker(self, report: WorkerReport) -> None:
         with self.space.lock:
@@ -142,19 +145,18 @@ class MemoryStore(Store):
         with self.space.lock:
             self.space.events.pop(check_key(key), None)
 
-    def read_record(self, key: str) -> dict[str, Any] | None:
+    def read_record(self, key: str) -> Record | None:
         with self.space.lock:
             return decode_record(key, self.space.records.get(check_key(key)))
 
-    def update_record(self, key: str, change: RecordChange) -> tuple[dict[str, Any] | None, bool]:
+    def update_record(self, key: str, change: RecordChange[R]) -> RecordUpdated[R]:
         check_key(key)
         with self.space.lock:
             current = decode_record(key, self.space.records.get(key))
-            following = change(current, self.now())
-            if following is None:
-                return current, False
-            self.space.records[key] = encode_record(following)
-            return following, True
+            outcome = change(current, self.now())
+            if outcome.value is not None:
+                self.space.records[key] = encode_record(outcome.value)
+            return RecordUpdated.of(current, outcome)
 
     def delete_record(self, key: str) -> None:
         with self.space.lock:

@@ -5,22 +5,27 @@ from __future__ import annotations
 import json
 import math
 import uuid
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
-from typing import Any, cast
+from typing import Any, TypeVar, cast
 
 import redis
 
 from ..errors import StoreError
-from ..report import WorkerReport
-from ..state import PauseState
+from ..model.report import WorkerReport
+from ..model.state import PauseState
 from .base import (
     Change,
     ClockOffset,
     Event,
+    R,
+    Record,
     RecordChange,
+    RecordUpdated,
     Snapshot,
     Store,
+    Updated,
+    bad_url,
     check_key,
     check_log_name,
     decode_entry,
@@ -28,6 +33,8 @@ from .base import (
     encode_entry,
     encode_record,
 )
+
+T = TypeVar("T")
 
 # Extend the lease if ``owner`` holds it, else take it only if it is free.
 ACQUIRE_LEASE = """
@@ -72,15 +79,19 @@ class RedisStore(Store):
         super().__init__(url, prefix)
         self.state_key = f"{prefix}:state"
         self.workers_key = f"{prefix}:workers"
-        self.client = client or redis.Redis.from_url(
-            url, socket_timeout=timeout, socket_connect_timeout=timeout
-        )
+        self.client = client or _client(url, timeout)
         self.replicas = replicas
         self.timeout = timeout
         self._clock = ClockOffset(self._server_time)
         self.records_key = f"{prefix}:records"
         self._acquire_lease = self.client.register_script(ACQUIRE_LEASE)
         self._release_lease = self.client.register_script(RELEASE_LEASE)
+
+    @classmethod
+    def open(
+        cls, url: str, prefix: str, *, timeout: float, options: Mapping[str, Any]
+    ) -> RedisStore:
+        return cls(url, prefix, timeout=timeout)
 
     def _server_time(self) -> float:
         seconds, micros = self.client.time()
@@ -95,27 +106,28 @@ class RedisStore(Store):
             raw = self.client.get(self.state_key)
         return Snapshot(PauseState.decode(raw), self.now())
 
-    def update(self, change: Change) -> tuple[Snapshot, bool]:
-        outcome: list[tuple[Snapshot, bool]] = []
-
-        def transaction(pipe: redis.client.Pipeline) -> None:
-            outcome.clear()
+    def update(self, change: Change[R]) -> Updated[R]:
+        def transaction(pipe: redis.client.Pipeline) -> Updated[R]:
             current = PauseState.decode(pipe.get(self.state_key))
             seconds, micros = pipe.time()
             now = seconds + micros / 1e6
-            following = change(current, now)
-            if following is None:
-                outcome.append((Snapshot(current, now), False))
-                return
-            pipe.multi()
-            pipe.set(self.state_key, following.encode())
-            outcome.append((Snapshot(following, now), True))
+            outcome = change(current, now)
+            if outcome.value is not None:
+                pipe.multi()
+                pipe.set(self.state_key, outcome.value.encode())
+            return Updated.of(current, now, outcome)
 
         with self._failing():
-            self.client.transaction(transaction, self.state_key)
-            if self.replicas and outcome[0][1]:
+            updated = self._transaction(transaction, self.state_key)
+            if self.replicas and updated.changed:
                 self._wait_for_replicas()
-        return outcome[0]
+        return updated
+
+    def _transaction(self, work: Callable[[redis.client.Pipeline], T], key: str) -> T:
+        """Run ``work`` watching ``key`` until its transaction commits (it runs again when
+        ``key`` changed meanwhile); what the attempt that committed returned."""
+        run = cast(Callable[[redis.client.Pipeline], None], work)
+        return cast(T, self.client.transaction(run, key, value_from_callable=True))
 
     def _wait_for_replicas(self) -> None:
         """Acknowledge a state change only once replicas hold it: a failover then keeps it.
@@ -186,31 +198,26 @@ class RedisStore(Store):
         with self._failing():
             self.client.delete(f"{self.prefix}:events:{check_key(key)}")
 
-    def read_record(self, key: str) -> dict[str, Any] | None:
+    def read_record(self, key: str) -> Record | None:
         with self._failing():
             raw = self.client.hget(self.records_key, check_key(key))
         return decode_record(key, raw)
 
-    def update_record(self, key: str, change: RecordChange) -> tuple[dict[str, Any] | None, bool]:
+    def update_record(self, key: str, change: RecordChange[R]) -> RecordUpdated[R]:
         check_key(key)
-        outcome: list[tuple[dict[str, Any] | None, bool]] = []
 
-        def transaction(pipe: redis.client.Pipeline) -> None:
-            outcome.clear()
+        def transaction(pipe: redis.client.Pipeline) -> RecordUpdated[R]:
             current = decode_record(key, pipe.hget(self.records_key, key))
             seconds, micros = pipe.time()
-            following = change(current, seconds + micros / 1e6)
-            if following is None:
-                outcome.append((current, False))
-                return
-            data = encode_record(following)
-            pipe.multi()
-            pipe.hset(self.records_key, key, data)
-            outcome.append((following, True))
+            outcome = change(current, seconds + micros / 1e6)
+            if outcome.value is not None:
+                data = encode_record(outcome.value)
+                pipe.multi()
+                pipe.hset(self.records_key, key, data)
+            return RecordUpdated.of(current, outcome)
 
         with self._failing():
-            self.client.transaction(transaction, self.records_key)
-        return outcome[0]
+            return self._transaction(transaction, self.records_key)
 
     def delete_record(self, key: str) -> None:
         with self._failing():
@@ -253,7 +260,15 @@ class RedisStore(Store):
         try:
             yield
         except redis.RedisError as exc:
-            raise StoreError(f"pause store {self.display_url} failed: {exc}") from None
+            raise self.failed(exc) from None
+
+
+def _client(url: str, timeout: float) -> redis.Redis:
+    """A client for ``url``; :class:`ConfigurationError` for a URL redis-py cannot read."""
+    try:
+        return redis.Redis.from_url(url, socket_timeout=timeout, socket_connect_timeout=timeout)
+    except ValueError as exc:
+        raise bad_url(url, f"is not a Redis URL: {exc}") from None
 
 
 def _event(member: bytes | str, score: float) -> Event:

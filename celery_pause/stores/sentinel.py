@@ -9,17 +9,17 @@ holds it too (``WAIT``), so a failover does not lose an acknowledged pause.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
 import redis.sentinel
-from kombu.utils.url import sanitize_url
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from ..errors import ConfigurationError, StoreError
+from .base import bad_url, display
 from .redis import RedisStore
 
 SSL_OPTIONS = ("ssl", "ssl_cert_reqs", "ssl_ca_certs", "ssl_certfile", "ssl_keyfile")
@@ -30,7 +30,7 @@ class SentinelStore(RedisStore):
     """:class:`RedisStore` on the master that the sentinels name."""
 
     def __init__(
-        self, url: str, prefix: str, *, options: dict[str, Any], timeout: float = 2.0
+        self, url: str, prefix: str, *, options: Mapping[str, Any], timeout: float = 2.0
     ) -> None:
         hosts, db, username, password = parse(url)
         master = options.get("master_name")
@@ -66,9 +66,11 @@ class SentinelStore(RedisStore):
         client: redis.Redis = sentinel.master_for(master)  # type: ignore[no-untyped-call]
         super().__init__(url, prefix, timeout=timeout, client=client, replicas=replicas)
 
-    @property
-    def display_url(self) -> str:
-        return display(self.url)
+    @classmethod
+    def open(
+        cls, url: str, prefix: str, *, timeout: float, options: Mapping[str, Any]
+    ) -> SentinelStore:
+        return cls(url, prefix, options=options, timeout=timeout)
 
     @contextmanager
     def _failing(self) -> Iterator[None]:
@@ -77,9 +79,8 @@ class SentinelStore(RedisStore):
                 yield
         except StoreError as exc:
             if isinstance(exc.__context__, redis.sentinel.MasterNotFoundError):
-                raise StoreError(
-                    f"pause store {self.display_url} failed: no sentinel answered with a "
-                    f"master {self.master_name!r}"
+                raise self.failed(
+                    f"no sentinel answered with a master {self.master_name!r}"
                 ) from None
             raise
 
@@ -92,10 +93,10 @@ def parse(url: str) -> tuple[list[tuple[str, int]], int, str | None, str | None]
         try:
             split = urlsplit(part)
             port = split.port or 26379
-        except ValueError:
-            raise ConfigurationError(f"not a Sentinel URL: {display(url)!r}") from None
+        except ValueError as exc:
+            raise bad_url(url, f"is not a Sentinel URL: {exc}") from None
         if split.scheme != "sentinel":
-            raise ConfigurationError(f"not a Sentinel URL: {display(url)!r}")
+            raise bad_url(url, "is not a Sentinel URL: every part must be sentinel://host:port")
         hosts.append((split.hostname or "localhost", port))
         if split.path.strip("/").isdigit():
             db = int(split.path.strip("/"))
@@ -103,16 +104,5 @@ def parse(url: str) -> tuple[list[tuple[str, int]], int, str | None, str | None]
             username = unquote(split.username) if split.username else None
             password = unquote(split.password)
     if not hosts:
-        raise ConfigurationError(f"no sentinel in {display(url)!r}")
+        raise bad_url(url, "names no sentinel")
     return hosts, db, username, password
-
-
-def display(url: str) -> str:
-    """Each sentinel URL with its password masked."""
-    parts = []
-    for part in url.split(";"):
-        try:
-            parts.append(sanitize_url(part.strip()) if part.strip() else "")
-        except ValueError:
-            parts.append("<unreadable>")
-    return ";".join(parts)

@@ -25,16 +25,16 @@ from .. import (
     control,  # noqa: F401  (registers the pause_refresh command)
     signals,
 )
-from ..ramp import Ramp, Share, phase_of
+from ..model.ramp import Ramp, Share, phase_of
+from ..model.scope import EVERYTHING, NOTHING, Scope, Target
+from ..model.state import Hold, PauseState
 from ..routing import QueueResolver
-from ..scope import EVERYTHING, NOTHING, Scope
 from ..settings import config_for
-from ..state import Hold, PauseState
 from ..stores import Snapshot, store_for
-from ..view import GateCounters
 from .gate import Gate
 from .pools import PoolSupport, StartCheck, shorten_synloop_wait, support_for
 from .sync import StoreSync
+from .view import GateCounters
 
 logger = logging.getLogger(__name__)
 
@@ -272,7 +272,7 @@ class ApplyStep(bootsteps.StartStopStep):
             # deliveries reach the consumer before the loop has set its callback.
             listed = {queue.name for queue in c.task_consumer.queues}
             for name in self.consumed or ():
-                if scope.covers(name, None, c.hostname):
+                if scope.covers(Target(queue=name, worker=c.hostname)):
                     if name in listed:
                         c.cancel_task_queue(name)
                 elif name not in listed:

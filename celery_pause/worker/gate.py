@@ -16,7 +16,7 @@ change under one lock, so a task either starts before a pause closes the gate
 (and is reported running) or is held. (On gevent and eventlet, where greenlets
 switch only where they block, an open gate's check takes no lock.)
 
-While a ramped resume runs (:mod:`celery_pause.ramp`), a request of its scope waits in
+While a ramped resume runs (:mod:`celery_pause.model.ramp`), a request of its scope waits in
 the gate until the worker's share of the ramp's rate lets it start (:meth:`Gate.pump`);
 waiting requests do not widen the prefetch window, so a worker fetches no more than
 its window while the ramp holds it back.
@@ -36,9 +36,9 @@ from typing import Any
 from celery.worker import state as worker_state
 from celery.worker.request import Request
 
-from ..ramp import Share
-from ..scope import NOTHING, Scope
-from ..view import GateCounters
+from ..model.ramp import Share
+from ..model.scope import NOTHING, Scope, Target
+from .view import GateCounters
 
 logger = logging.getLogger(__name__)
 
@@ -122,8 +122,8 @@ class Gate:
 
     def _ramp_allows(self, request: Request) -> bool:
         """Whether every ramp covering ``request`` lets one more task start now."""
-        queue, now = self._queue_of(request), self.clock()
-        shares = [s for s in self.ramps if s.ramp.scope.covers(queue, request.name, self.hostname)]
+        target, now = self.target(request), self.clock()
+        shares = [s for s in self.ramps if s.ramp.scope.covers(target)]
         return all([share.take(now) for share in shares])
 
     def pump(self) -> int:
@@ -195,9 +195,13 @@ class Gate:
             self._started.add(request)
             return True
 
+    def target(self, request: Request) -> Target:
+        """Where ``request`` stands in every dimension of a scope."""
+        return Target(queue=self._queue_of(request), task=request.name, worker=self.hostname)
+
     def blocks(self, request: Request) -> bool:
         scope = self._scope
-        if not (scope and scope.covers(self._queue_of(request), request.name, self.hostname)):
+        if not (scope and scope.covers(self.target(request))):
             return False
         return self.admit is None or not self.admit(request)
 
@@ -338,7 +342,7 @@ class Gate:
             for req in reserved
             if id(req) not in held
             and (not self.start_check or req in self._started)
-            and scope.covers(self._queue_of(req), req.name, self.hostname)
+            and scope.covers(self.target(req))
         )
 
 

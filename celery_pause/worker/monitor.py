@@ -4,7 +4,7 @@
 listens to the :mod:`~celery_pause.signals` the apply step sends, turns each
 change into a Celery event (``worker-paused`` / ``worker-resumed``), counts
 transitions, and warns at a bounded rate while a pause lasts longer than
-``pause_warn_after``. Its :class:`~celery_pause.view.WorkerView` is what the
+``pause_warn_after``. Its :class:`~celery_pause.worker.view.WorkerView` is what the
 HTTP endpoint serves.
 """
 
@@ -22,12 +22,12 @@ from celery.worker.consumer import Consumer
 from celery.worker.consumer.events import Events
 
 from .. import signals
-from ..formatting import format_duration, format_time
-from ..scope import NOTHING, Scope
+from ..model.formatting import format_duration, format_time
+from ..model.scope import NOTHING, Scope
+from ..model.state import Hold
 from ..settings import PauseConfig, config_for
-from ..state import Hold
-from ..view import GateCounters, WorkerView, breakers_in
 from .apply import ApplyStep
+from .view import GateCounters, WorkerView, breakers_in
 
 logger = logging.getLogger(__name__)
 

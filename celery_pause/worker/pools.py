@@ -186,10 +186,11 @@ def missing_internals(pool: Any, module: ModuleType, request_cls: type) -> list[
         for name in ("callback", "accept_callback"):
             if name not in parameters:
                 missing.append(f"{where}.on_apply takes no {name} argument")
-    if not callable(getattr(module, "apply_target", None)):
+    targets = {"apply_target": _apply_target(module, on_apply)}
+    if not callable(targets["apply_target"]):
         missing.append(f"{module.__name__}.apply_target is gone")
-    for name in ("apply_target", "apply_timeout"):  # gevent runs tasks with a time limit
-        apply = getattr(module, name, None)  # through apply_timeout
+    targets["apply_timeout"] = getattr(module, "apply_timeout", None)  # gevent's time limits
+    for name, apply in targets.items():
         order = _call_order(apply) if callable(apply) else None
         if order is not None and order != ["accept", "target", "callback"]:
             missing.append(
@@ -202,6 +203,16 @@ def missing_internals(pool: Any, module: ModuleType, request_cls: type) -> list[
     if not hasattr(worker_state, "reserved_requests"):
         missing.append("celery.worker.state.reserved_requests is gone")
     return missing
+
+
+def _apply_target(module: ModuleType, on_apply: Any) -> Any:
+    """The function ``on_apply`` runs a task through: the module's ``apply_target``, or
+    (Celery 5.3's gevent pool) the default of its ``apply_target`` argument."""
+    found = getattr(module, "apply_target", None)
+    if found is None and callable(on_apply):
+        parameter = inspect.signature(on_apply).parameters.get("apply_target")
+        found = None if parameter is None else parameter.default
+    return found if callable(found) else None
 
 
 def _call_order(apply_target: Callable[..., Any]) -> list[str]:

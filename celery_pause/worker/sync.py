@@ -19,11 +19,11 @@ from collections.abc import Callable
 
 from ..errors import StoreError
 from ..logs import ThrottledLog
-from ..report import APPLIED, STARTING, WorkerReport
-from ..scope import Scope
+from ..model.report import APPLIED, STARTING, WorkerReport
+from ..model.scope import Scope
+from ..model.windows import with_windows
 from ..settings import PauseConfig
 from ..stores import Snapshot, Store
-from ..windows import with_windows
 from .gate import Gate
 from .pools import PoolSupport
 

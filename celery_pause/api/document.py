@@ -1,0 +1,165 @@
+"""The operator's view of the cluster: one status document for the CLI and the admin API.
+
+:func:`overview` reads everything ``pause status`` shows (holds, workers, queue
+depths, breakers, history); :func:`status_json` turns it into the documented
+JSON document (schema 1) that ``pause status --json`` prints and ``GET /status``
+returns.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from celery import Celery
+
+from ..breaker.status import BreakerStatus, breaker_statuses
+from ..history import HistoryEntry, history
+from ..model.report import PAUSED as WORKER_PAUSED
+from ..model.scope import Scope, Target
+from ..model.state import Hold, PauseState
+from ..model.windows import Window
+from ..settings import config_for
+from .depths import queue_depths
+from .results import ClusterStatus
+from .status import status
+
+JSON_SCHEMA = 1
+RUNNING = "RUNNING"
+PAUSED = "PAUSED"
+PARTIAL = "PARTIAL"
+
+Depths = Mapping[str, "int | None"]
+DepthReader = Callable[[list[str]], Depths]
+
+
+@dataclass(frozen=True)
+class WindowStatus:
+    """A maintenance window with its occurrence in force (if any) and its next one."""
+
+    window: Window
+    in_force: Hold | None
+    upcoming: Hold | None
+    skipped_until: float | None
+
+    @classmethod
+    def of(cls, window: Window, state: PauseState, now: float) -> WindowStatus:
+        skipped = state.skipped_until(window.name)
+        in_force, upcoming = window.current_and_next(skipped, now)
+        return cls(window, in_force, upcoming, skipped if skipped and skipped > now else None)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            **self.window.to_json(),
+            "in_force": None if self.in_force is None else self.in_force.to_json(),
+            "next": None if self.upcoming is None else self.upcoming.to_json(),
+            "skipped_until": self.skipped_until,
+        }
+
+
+@dataclass(frozen=True)
+class Overview:
+    """Everything ``pause status`` shows, read at one moment."""
+
+    status: ClusterStatus
+    depths: Depths
+    breakers: tuple[BreakerStatus, ...]
+    history: tuple[HistoryEntry, ...] | None = None
+    windows: tuple[WindowStatus, ...] = ()
+
+    def to_json(self) -> dict[str, Any]:
+        return status_json(self.status, self.depths, self.breakers, self.history, self.windows)
+
+
+def overview(
+    app: Celery,
+    *,
+    depths: DepthReader | None = None,
+    with_history: bool = False,
+    history_limit: int | None = None,
+) -> Overview:
+    """Read the cluster's status, queue depths and breakers (and the newest
+    ``history_limit`` history entries ``with_history``)."""
+    current = status(app)
+    timeout = config_for(app).store_timeout
+    read_depths = depths or (lambda names: queue_depths(app, names, timeout))
+    return Overview(
+        status=current,
+        depths=read_depths(status_queues(current, list(app.amqp.queues))),
+        breakers=tuple(breaker_statuses(app)),
+        history=tuple(history(app, limit=history_limit)) if with_history else None,
+        windows=tuple(
+            WindowStatus.of(window, current.state, current.now)
+            for window in config_for(app).windows
+        ),
+    )
+
+
+def cluster_state(paused: Scope) -> str:
+    if not paused:
+        return RUNNING
+    return PAUSED if paused.everything else PARTIAL
+
+
+def since(holds: Sequence[Hold]) -> float | None:
+    """When the oldest hold began, if any hold says."""
+    return min((h.began for h in holds if h.began), default=None)
+
+
+def status_queues(status: ClusterStatus, configured: Sequence[str]) -> list[str]:
+    """Queues worth counting: the app's own, and every queue a hold or worker names."""
+    names = set(configured)
+    for hold in status.holds:
+        names |= hold.scope.queues
+    for report in status.workers:
+        names |= set(report.paused or ())
+    return sorted(names)
+
+
+def status_json(
+    status: ClusterStatus,
+    depths: Depths,
+    breakers: Sequence[BreakerStatus] = (),
+    history: Sequence[HistoryEntry] | None = None,
+    windows: Sequence[WindowStatus] = (),
+) -> dict[str, Any]:
+    """The documented ``pause status --json`` document (schema 1); ``history`` when given."""
+    generation = status.state.generation
+    states = [w.state_for(generation) for w in status.workers]
+    doc: dict[str, Any] = {
+        "schema": JSON_SCHEMA,
+        "state": cluster_state(status.paused),
+        "paused_queues": status.paused.names(),
+        "since": since(status.holds) if status.paused else None,
+        "generation": generation,
+        "now": status.now,
+        "store": status.store,
+        "holds": [hold.to_json() for hold in status.holds],
+        "scheduled": [hold.to_json() for hold in status.scheduled],
+        "ramps": [ramp.status_json(status.now) for ramp in status.ramps],
+        "windows": [window.to_json() for window in windows],
+        "workers": [w.status_json(generation) for w in status.workers],
+        "totals": {
+            "workers": len(status.workers),
+            "paused": states.count(WORKER_PAUSED),
+            "running_in_scope": sum(len(w.running) for w in status.workers),
+            "held": sum(w.held for w in status.workers),
+            "ramping": sum(w.ramping for w in status.workers),
+            "not_guaranteed": sum(1 for w in status.workers if not w.guaranteed),
+        },
+        "queues": [
+            {
+                "name": name,
+                "waiting": waiting,
+                "paused": status.paused.covers(Target(queue=name)),
+                "partly_paused": status.paused.touches(Target(queue=name))
+                and not status.paused.covers(Target(queue=name)),
+            }
+            for name, waiting in sorted(depths.items())
+        ],
+        "breakers": [breaker.to_json() for breaker in breakers],
+    }
+    if history is not None:
+        doc["history"] = [entry.to_json() for entry in history]
+    return doc

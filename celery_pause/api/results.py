@@ -1,0 +1,68 @@
+"""What the Python API returns: a recorded pause, a resume, and the cluster's status."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..model.ramp import Ramp
+from ..model.report import WorkerReport
+from ..model.scope import Scope
+from ..model.state import Hold, PauseState
+
+
+@dataclass(frozen=True)
+class PauseResult:
+    """A recorded pause, and the workers that confirmed it when waited for."""
+
+    hold: Hold
+    generation: int
+    replaced: tuple[Hold, ...]
+    workers: tuple[WorkerReport, ...] = ()
+    warnings: tuple[str, ...] = ()
+    """Names in the scope that match no known task or live worker (recorded all the same)."""
+
+
+@dataclass(frozen=True)
+class ResumeResult:
+    """The holds removed, and those that still pause some of the queues asked for."""
+
+    removed: tuple[Hold, ...]
+    remaining: tuple[Hold, ...]
+    generation: int
+    cancelled: tuple[Hold, ...] = ()
+    """Scheduled holds (or window occurrences) cancelled before they started."""
+    scheduled: tuple[Hold, ...] = ()
+    """Holds in the scope asked for that are still scheduled to start later."""
+    now: float = 0.0
+    """Store time of the resume."""
+    ramp: Ramp | None = None
+    """The ramped resume recorded, when asked for one."""
+
+
+@dataclass(frozen=True)
+class ClusterStatus:
+    """Holds, the paused scope, and every live worker's report.
+
+    ``state`` includes the maintenance windows' current and next occurrences.
+    """
+
+    state: PauseState
+    now: float
+    paused: Scope
+    workers: tuple[WorkerReport, ...]
+    store: str
+
+    @property
+    def holds(self) -> tuple[Hold, ...]:
+        """The holds that pause now."""
+        return self.state.active_holds(self.now)
+
+    @property
+    def ramps(self) -> tuple[Ramp, ...]:
+        """The ramped resumes still raising their rate."""
+        return self.state.live_ramps(self.now)
+
+    @property
+    def scheduled(self) -> tuple[Hold, ...]:
+        """The holds that start later, soonest first (each window's next occurrence too)."""
+        return self.state.scheduled_holds(self.now)

@@ -1,0 +1,136 @@
+"""Resume: check, lift holds by scope or by id (a pure rule), write, notify, record."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from datetime import timedelta
+
+from celery import Celery
+
+from ..control import notify_workers
+from ..errors import InvalidInput
+from ..history import CANCEL, RESUME, record, resume_entry
+from ..model.lifting import Lifted, Lifting, lift
+from ..model.scope import Scope
+from ..model.validation import check_queues, check_ramp, check_tasks, check_workers
+from ..settings import config_for
+from ..stores import Snapshot, store_for
+from .operator import default_operator
+from .results import ResumeResult
+from .status import in_force
+
+
+def resume(
+    app: Celery,
+    *,
+    queues: Iterable[str] | str | None = None,
+    tasks: Iterable[str] | str | None = None,
+    workers: Iterable[str] | str | None = None,
+    hold: str | None = None,
+    force: bool = False,
+    resumed_by: str | None = None,
+    ramp: timedelta | float | None = None,
+    notify: bool = True,
+) -> ResumeResult:
+    """Lift the active manual holds within ``queues``, ``tasks`` and ``workers``, or exactly
+    the hold whose id is ``hold``.
+
+    A hold the resume's scope contains is removed. A hold that differs from it in
+    one dimension only, where both list names, loses the names resumed (a hold on
+    queues a and b, resumed for a, holds b on). Any other overlap would leave a
+    hold that is no list of names (resuming queue a of a hold on every queue) and
+    raises :class:`InvalidInput` before anything changes. Scheduled holds (not
+    started yet) stay: cancel one by its id. A pure rule,
+    :func:`~celery_pause.model.lifting.lift`, decides the next state.
+
+    Parameters:
+        app: The Celery app whose cluster to resume.
+        queues: The queues to resume (every one by default).
+        tasks: The task names to resume (every one by default); patterns allowed.
+        workers: The workers to resume (every one by default); patterns allowed.
+        hold: Lift exactly this hold (``pause status`` shows the ids) instead of a scope:
+            a manual hold, active or scheduled (a breaker's with ``force``), or a
+            maintenance window's current occurrence (ended early) or next one (skipped):
+            ``window:<name>:<start>``, or ``window:<name>`` for whichever comes first.
+        force: Also lift holds owned by a circuit breaker, and a hold standing for
+            unreadable state, by the same rules (leaving whole those it cannot split), and
+            end the current occurrence of a maintenance window the scope contains.
+        resumed_by: Who resumes, recorded in the history; ``user@host`` by default.
+        ramp: Resume gradually (seconds or a ``timedelta``, at most a day): over that time
+            the cluster's start rate for what was lifted rises linearly to
+            ``pause_ramp_peak`` tasks per second, then is unlimited (see
+            :mod:`celery_pause.model.ramp`).
+        notify: Broadcast ``pause_refresh``; with ``False`` the workers apply the change at
+            their next poll.
+
+    Returns:
+        The holds removed and cancelled, and those that still pause some of the scope
+        (``remaining``) or are scheduled in it (``scheduled``).
+
+    Raises:
+        InvalidInput: An argument is out of bounds, both a hold id and a scope are given,
+            no hold has that id, what would remain of a hold is no list of names, or a
+            ramp finds nothing paused in the scope.
+        StoreError: The store cannot be reached.
+    """
+    names = (check_queues(queues), check_tasks(tasks), check_workers(workers))
+    seconds = check_ramp(ramp)
+    if hold is not None and (not isinstance(hold, str) or any(n is not None for n in names)):
+        raise InvalidInput("give a hold id, or a scope (queues, tasks, workers), not both")
+    config = config_for(app)
+    store = store_for(app)
+    # The live workers share a ramp's rate: read once, and only for a ramp.
+    live = store.live_reports(config.worker_ttl, store.now()) if seconds is not None else []
+    by = resumed_by or default_operator()
+    lifting = Lifting(
+        scope=Scope.of(names[0], tasks=names[1], workers=names[2]),
+        hold_id=hold,
+        force=force,
+        windows=tuple(config.windows),
+        ramp=seconds,
+        peak=config.ramp_peak,
+        hosts=tuple(report.hostname for report in live),
+        by=by,
+    )
+    done = store.update(lambda state, now: lift(state, now, lifting))
+    if done.changed and notify:
+        notify_workers(app)
+    lifted = done.result
+    scope = lifting.scope if hold is None else (lifted.removed + lifted.cancelled)[0].scope
+    record_resume(app, done.snapshot, lifted, scope, by=by, force=force)
+    return result_of(app, done.snapshot, lifted, scope)
+
+
+def record_resume(
+    app: Celery, snapshot: Snapshot, lifted: Lifted, scope: Scope, *, by: str, force: bool
+) -> None:
+    """Add a history entry for the holds ``lifted`` removed, and one for those it cancelled."""
+    for action, holds in ((RESUME, lifted.removed), (CANCEL, lifted.cancelled)):
+        if holds:
+            entry = resume_entry(
+                at=snapshot.now,
+                scope=scope,
+                by=by,
+                generation=snapshot.state.generation,
+                removed=list(holds),
+                kept=snapshot.state.holds,
+                forced=force,
+                action=action,
+                ramp=lifted.ramp.duration if lifted.ramp and action == RESUME else None,
+            )
+            record(app, entry)
+
+
+def result_of(app: Celery, snapshot: Snapshot, lifted: Lifted, scope: Scope) -> ResumeResult:
+    """What a resume of ``scope`` returns, once it lifted ``lifted`` into ``snapshot``."""
+    current = in_force(app, snapshot)
+    now = snapshot.now
+    return ResumeResult(
+        lifted.removed,
+        tuple(h for h in current.active_holds(now) if h.scope.overlaps(scope)),
+        snapshot.state.generation,
+        cancelled=lifted.cancelled,
+        scheduled=tuple(h for h in current.scheduled_holds(now) if h.scope.overlaps(scope)),
+        now=now,
+        ramp=lifted.ramp,
+    )

@@ -1,0 +1,44 @@
+"""The cluster's status: the holds in force and every live worker's report."""
+
+from __future__ import annotations
+
+from celery import Celery
+
+from ..model.state import PauseState
+from ..model.windows import with_windows
+from ..settings import config_for
+from ..stores import Snapshot, store_for
+from .results import ClusterStatus
+
+
+def status(app: Celery) -> ClusterStatus:
+    """The holds (with the maintenance windows' occurrences), the paused scope and every
+    live worker's report.
+
+    Parameters:
+        app: The Celery app whose cluster to read.
+
+    Returns:
+        The holds (``holds``: active ones, windows' occurrences included; ``scheduled``:
+        those that start later), the effective paused scope, and every live worker's
+        report (hostname, applied generation, paused queues, running task ids in scope,
+        held count, last seen, ``as_of``).
+
+    Raises:
+        StoreError: The store cannot be reached.
+    """
+    store = store_for(app)
+    snapshot = store.read()
+    state = in_force(app, snapshot)
+    return ClusterStatus(
+        state=state,
+        now=snapshot.now,
+        paused=state.paused(snapshot.now),
+        workers=tuple(store.live_reports(config_for(app).worker_ttl, snapshot.now)),
+        store=store.display_url,
+    )
+
+
+def in_force(app: Celery, snapshot: Snapshot) -> PauseState:
+    """The state read, with the app's maintenance windows' current and next occurrences."""
+    return with_windows(snapshot.state, config_for(app).windows, snapshot.now)

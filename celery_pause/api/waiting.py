@@ -1,0 +1,76 @@
+"""Waiting for a pause to take hold: a scheduled start, then quiet on every live worker."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+
+from celery import Celery
+
+from ..errors import PauseTimeout
+from ..model.report import WorkerReport
+from ..settings import config_for
+from ..stores import store_for
+
+WAIT_POLL = 0.01
+"""Seconds between reads of the workers' reports while waiting for quiet."""
+START_POLL = 0.5
+"""Most seconds between reads of the store's clock while waiting for a scheduled start."""
+
+
+def wait_for_start(app: Celery, start: float) -> None:
+    """Sleep until the store's clock reaches ``start``."""
+    store = store_for(app)
+    while (left := start - store.now()) > 0:
+        time.sleep(min(left, START_POLL))
+
+
+def wait_until_quiet(
+    app: Celery,
+    generation: int,
+    timeout: float,
+    progress: Callable[[Sequence[WorkerReport]], None] | None = None,
+    *,
+    since: float | None = None,
+) -> list[WorkerReport]:
+    """Poll worker reports until every live worker applied ``generation`` (as the state
+    stood at store time ``since`` or later, when given) and is idle in scope.
+
+    A report of a generation above the stored one predates a reset of the state
+    (the state was lost, or unreadable and then repaired, which restarts the
+    count): that worker has not read the current state yet, so it is not quiet.
+
+    Parameters:
+        app: The Celery app whose workers to wait for.
+        generation: The generation of the state every live worker must have applied
+            (:attr:`PauseResult.generation`, :attr:`ResumeResult.generation`).
+        timeout: Seconds to wait at most.
+        progress: Called with the live workers' reports at every poll.
+        since: A store time the workers' read of the state must be as recent as (the
+            start of a scheduled pause).
+
+    Returns:
+        The live workers' reports, every one quiet.
+
+    Raises:
+        PauseTimeout: Some worker was not quiet within ``timeout``; ``.busy`` maps each
+            to the task ids it still runs.
+        StoreError: The store cannot be reached.
+    """
+    store = store_for(app)
+    ttl = config_for(app).worker_ttl
+    deadline = time.monotonic() + timeout
+    while True:
+        workers = store.live_reports(ttl, store.now())
+        if progress is not None:
+            progress(workers)
+        busy = {w.hostname: list(w.running) for w in workers if not w.quiet_for(generation, since)}
+        if not busy:
+            # Every report says quiet: read the state's generation only now, once.
+            current = store.read().state.generation
+            busy = {w.hostname: list(w.running) for w in workers if w.generation > current}
+            if not busy:
+                return workers
+        if time.monotonic() >= deadline:
+            raise PauseTimeout(timeout, busy)
+        time.sleep(WAIT_POLL)

@@ -1,0 +1,84 @@
+"""What a pause places: the pure rule of :func:`celery_pause.pause`.
+
+:func:`place` takes the state, the store's time and the pause asked for (a
+:class:`Placing`) and returns the next state with the hold it placed and the
+manual holds it replaced (:class:`Placed`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from ..errors import AlreadyPaused, InvalidInput
+from .formatting import format_time
+from .outcome import Outcome
+from .scope import Scope
+from .state import MANUAL, Hold, PauseState
+
+
+@dataclass(frozen=True)
+class Placing:
+    """A pause as asked for: what it holds, who asks and why, and when it starts and ends."""
+
+    scope: Scope
+    by: str
+    reason: str | None
+    resume_at: Callable[[float], float | None]
+    """From the time the hold starts, when it resumes by itself (``None``: never)."""
+    start_at: float | None = None
+    beat: str = "queue"
+    force: bool = False
+    """Replace the manual holds it overlaps instead of refusing."""
+
+
+@dataclass(frozen=True)
+class Placed:
+    """The hold a pause placed, and the manual holds it replaced."""
+
+    hold: Hold
+    replaced: tuple[Hold, ...] = ()
+
+
+def place(state: PauseState, now: float, placing: Placing) -> Outcome[PauseState, Placed]:
+    """The state with the hold ``placing`` asks for, at store time ``now``.
+
+    Raises :class:`InvalidInput` for a start or resume time that is not ahead, and
+    :class:`AlreadyPaused` for an overlapping manual hold unless ``placing.force``.
+    """
+    start = placing.start_at
+    if start is not None and start <= now:
+        raise InvalidInput(
+            f"start_at {format_time(start)} is not in the future (now {format_time(now)})"
+        )
+    until = placing.resume_at(now if start is None else start)
+    if until is not None and start is None and until <= now:
+        raise InvalidInput(
+            f"resume_at {format_time(until)} is not in the future (now {format_time(now)})"
+        )
+    if until is not None and start is not None and until <= start:
+        raise InvalidInput(
+            f"resume_at {format_time(until)} is not after start_at {format_time(start)}"
+        )
+    hold = Hold(
+        scope=placing.scope,
+        source=MANUAL,
+        paused_by=placing.by,
+        reason=placing.reason,
+        paused_at=now,
+        resume_at=until,
+        start_at=start,
+        beat=placing.beat,
+    )
+    live = state.live_holds(now)
+    conflicts = tuple(
+        other
+        for other in live
+        if other.manual
+        and other.scope.overlaps(placing.scope)
+        and other.overlaps_in_time(hold, now)
+    )
+    if conflicts and not placing.force:
+        raise AlreadyPaused(list(conflicts))
+    following = state.with_holds([*(h for h in live if h not in conflicts), hold])
+    return Outcome(following, Placed(hold, conflicts))

@@ -1,0 +1,128 @@
+"""What each worker publishes about itself, so callers can wait for quiet."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass
+from typing import Any
+
+STARTING = "starting"
+APPLIED = "applied"
+APPLYING, RUNNING, PAUSING, PAUSED = "applying", "running", "pausing", "paused"
+"""A worker's state in the status document, besides ``starting``."""
+
+
+@dataclass(frozen=True)
+class WorkerReport:
+    """One worker's view: the generation it applied and what it still runs."""
+
+    hostname: str
+    pid: int
+    status: str = STARTING
+    generation: int = -1
+    paused: list[str] | None = None
+    running: tuple[str, ...] = ()
+    held: int = 0
+    seen: float = 0.0
+    running_names: tuple[str, ...] = ()
+    """Task names, in the order of ``running``."""
+    breakers: tuple[str, ...] = ()
+    """Circuit breakers whose agent runs on this worker."""
+    pool: str = ""
+    """The worker's execution pool (``prefork``, ``threads``, ... or ``module:Class``)."""
+    pool_problem: str = ""
+    """Why the pause cannot be guaranteed on this worker's pool; empty when it can."""
+
+    @property
+    def guaranteed(self) -> bool:
+        """Whether this worker's pool holds every task of a paused scope."""
+        return not self.pool_problem
+
+    ramping: int = 0
+    """Requests let through by the pause that wait for a ramped resume's rate."""
+    as_of: float = 0.0
+    """Store time of the newest read of the state whose scope the worker applies: a hold
+    that starts at ``t`` is applied once ``as_of >= t``."""
+
+    def quiet_for(self, generation: int, since: float | None = None) -> bool:
+        """Whether this worker applied ``generation`` (or later), as the state stood at
+        store time ``since`` (or later) when given, and runs nothing paused."""
+        return (
+            self.status == APPLIED
+            and self.generation >= generation
+            and (since is None or self.as_of >= since)
+            and not self.running
+        )
+
+    def state_for(self, generation: int) -> str:
+        """``starting``, ``applying`` (behind ``generation``), ``running``, ``pausing`` or
+        ``paused``."""
+        if self.status != APPLIED:
+            return STARTING
+        if self.generation < generation:
+            return APPLYING
+        if self.paused == []:
+            return RUNNING
+        return PAUSING if self.running else PAUSED
+
+    def status_json(self, generation: int) -> dict[str, Any]:
+        """This worker in the status document (schema 1), the state's generation being
+        ``generation``."""
+        return {
+            "hostname": self.hostname,
+            "pid": self.pid,
+            "state": self.state_for(generation),
+            "generation": self.generation,
+            "paused_queues": self.paused if self.status == APPLIED else [],
+            "running": [
+                {
+                    "id": task_id,
+                    "name": self.running_names[i] if i < len(self.running_names) else None,
+                }
+                for i, task_id in enumerate(self.running)
+            ],
+            "held": self.held,
+            "ramping": self.ramping,
+            "seen": self.seen,
+            "pool": self.pool or None,
+            "pause_guaranteed": self.guaranteed,
+            "pool_problem": self.pool_problem or None,
+            "as_of": self.as_of,
+        }
+
+    def encode(self) -> bytes:
+        return json.dumps(asdict(self), separators=(",", ":")).encode()
+
+    @classmethod
+    def decode(cls, raw: bytes | str) -> WorkerReport | None:
+        """Decode a report; ``None`` if it is not one (a foreign or damaged entry)."""
+        try:
+            data: dict[str, Any] = json.loads(raw)
+            paused = data.get("paused")
+            lists = (
+                data.get("running", []),
+                data.get("running_names", []),
+                data.get("breakers", []),
+            )
+            if not all(isinstance(v, list) for v in lists) or not isinstance(
+                paused, (list, type(None))
+            ):
+                raise TypeError("running, running_names, breakers and paused must be lists")
+            return cls(
+                hostname=str(data["hostname"]),
+                pid=int(data["pid"]),
+                status=str(data["status"]),
+                generation=int(data["generation"]),
+                paused=None if paused is None else [str(q) for q in paused],
+                running=tuple(str(t) for t in data.get("running", ())),
+                held=int(data.get("held", 0)),
+                ramping=int(data.get("ramping", 0)),
+                seen=float(data["seen"]),
+                running_names=tuple(str(n) for n in data.get("running_names", ())),
+                breakers=tuple(str(n) for n in data.get("breakers", ())),
+                pool=str(data.get("pool", "")),
+                pool_problem=str(data.get("pool_problem", "")),
+                as_of=float(data.get("as_of", 0.0)),
+            )
+        except (ValueError, KeyError, TypeError, AttributeError, OverflowError, RecursionError):
+            return None

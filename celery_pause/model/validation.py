@@ -1,0 +1,280 @@
+"""Every check of caller input: queue names, reasons, operators, durations and date-times.
+
+The Python API, the CLI and the admin API all check through these, so a value is
+accepted or refused the same way wherever it comes from.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import re
+from collections.abc import Callable, Iterable, Mapping
+from datetime import datetime, timedelta
+from typing import Any
+
+from ..errors import InvalidInput
+from .ramp import MAX_RAMP
+from .scope import DIMENSIONS, Scope
+from .state import BEAT_POLICIES
+
+UNITS = {"d": 86400, "h": 3600, "m": 60, "s": 1}
+DURATION = re.compile(r"(\d+(?:\.\d+)?)([dhms])")
+MAX_DURATION = timedelta(days=366)
+MAX_NAMES = 100
+"""Most names in one dimension of a scope (queues, tasks or workers)."""
+MAX_NAME = 200
+MAX_REASON = 1000
+MAX_OPERATOR = 200
+
+
+def parse_duration(text: str) -> timedelta:
+    """``90s``, ``30m``, ``2h``, ``1h30m``, ``1d`` or plain seconds (``45``, ``2.5``)."""
+    value = text.strip().lower()
+    try:
+        seconds = float(value)
+    except ValueError:
+        parts = DURATION.findall(value)
+        if not parts or "".join(n + u for n, u in parts) != value:
+            raise InvalidInput(
+                f"not a duration: {text[:40]!r} (use e.g. 90s, 30m, 2h, 1h30m or seconds)"
+            ) from None
+        seconds = sum(float(number) * UNITS[unit] for number, unit in parts)
+    duration = timedelta(seconds=seconds) if 0 < seconds <= MAX_DURATION.total_seconds() else None
+    if not duration:  # out of range, NaN, or too small to count (under a microsecond)
+        raise InvalidInput(f"duration must be positive and at most 366 days: {text[:40]!r}")
+    return duration
+
+
+def parse_datetime(text: str) -> datetime:
+    """ISO 8601; without a zone it is the local time of this machine."""
+    value = text.strip()
+    if value.endswith(("Z", "z")):
+        value = value[:-1] + "+00:00"
+    try:
+        moment = datetime.fromisoformat(value)
+    except ValueError:
+        raise InvalidInput(
+            f"not an ISO 8601 date-time: {text[:40]!r} (e.g. 2026-01-28T14:00 or …T14:00Z)"
+        ) from None
+    if moment.tzinfo:
+        return moment
+    try:
+        return moment.astimezone()
+    except (OverflowError, ValueError, OSError):
+        raise InvalidInput(f"date-time out of range: {text[:40]!r} (add a zone, e.g. …Z)") from None
+
+
+def check_queues(queues: Iterable[str] | str | None) -> list[str] | None:
+    """Queue names (exact), or ``None`` for every queue."""
+    return check_names(queues, "queue")
+
+
+def check_tasks(tasks: Iterable[str] | str | None) -> list[str] | None:
+    """Task names or shell-style patterns (``proj.billing.*``), or ``None`` for every task."""
+    return check_names(tasks, "task")
+
+
+def check_workers(workers: Iterable[str] | str | None) -> list[str] | None:
+    """Worker hostnames or patterns (``w1@*``), or ``None`` for every worker."""
+    return check_names(workers, "worker")
+
+
+def check_names(names: Iterable[str] | str | None, kind: str) -> list[str] | None:
+    """A non-empty list of at most :data:`MAX_NAMES` names of ``kind``, or ``None``."""
+    if names is None:
+        return None
+    listed = [names] if isinstance(names, str) else list(itertools.islice(names, MAX_NAMES + 1))
+    if not listed:
+        raise InvalidInput(f"{kind}s must name at least one {kind} (or be None for all)")
+    if len(listed) > MAX_NAMES:
+        raise InvalidInput(f"at most {MAX_NAMES} {kind}s at once, got more than that")
+    for name in listed:
+        if not isinstance(name, str) or not name.strip():
+            raise InvalidInput(f"{kind} names must be non-empty strings, got {name!r}")
+        if len(name) > MAX_NAME:
+            raise InvalidInput(f"{kind} name longer than {MAX_NAME} characters")
+        if not name.isprintable():
+            raise InvalidInput(
+                f"{kind} names must be printable: {ascii(name)[:80]} holds a control or other "
+                "non-printable character"
+            )
+    return [name.strip() for name in listed]
+
+
+def check_scope(given: Mapping[str, Any]) -> Scope:
+    """The scope of one rule from the names ``given`` per dimension (``queues``, ``tasks``,
+    …: a name, a list of names, or ``None`` for every one), each checked by
+    :func:`check_names`."""
+    return Scope.of_names({d.name: check_names(given.get(d.name), d.singular) for d in DIMENSIONS})
+
+
+def check_reason(reason: str | None) -> str | None:
+    if reason is not None and not isinstance(reason, str):
+        raise InvalidInput(f"reason must be a string, got {type(reason).__name__}")
+    if reason is not None and len(reason) > MAX_REASON:
+        raise InvalidInput(f"reason longer than {MAX_REASON} characters ({len(reason)})")
+    return reason
+
+
+def check_operator(paused_by: str | None) -> str | None:
+    if paused_by is not None and not isinstance(paused_by, str):
+        raise InvalidInput(f"paused_by must be a string, got {type(paused_by).__name__}")
+    if paused_by is not None and len(paused_by) > MAX_OPERATOR:
+        raise InvalidInput(f"paused_by longer than {MAX_OPERATOR} characters ({len(paused_by)})")
+    if paused_by is not None and not paused_by.isprintable():
+        raise InvalidInput(f"paused_by must be printable, got {ascii(paused_by)[:80]}")
+    return paused_by
+
+
+def check_resume(
+    resume_after: timedelta | float | None, resume_at: datetime | float | None
+) -> Callable[[float], float | None]:
+    """From store time ``now``, the auto-resume time (or ``None``)."""
+    if resume_after is not None and resume_at is not None:
+        raise InvalidInput("give resume_after or resume_at, not both")
+    if resume_after is not None:
+        seconds = (
+            resume_after.total_seconds()
+            if isinstance(resume_after, timedelta)
+            else _seconds(resume_after, "resume_after")
+        )
+        if not (0 < seconds <= MAX_DURATION.total_seconds()):  # NaN too
+            raise InvalidInput(
+                f"resume_after must be positive and finite, at most 366 days, got {resume_after!r}"
+            )
+        return lambda now: now + seconds
+    if resume_at is not None:
+        at = (
+            _timestamp(resume_at)
+            if isinstance(resume_at, datetime)
+            else _seconds(resume_at, "resume_at")
+        )
+        if not math.isfinite(at):
+            raise InvalidInput(f"resume_at must be a finite time, got {resume_at!r}")
+        return lambda now: check_ahead("resume_at", at, now)
+    return lambda now: None
+
+
+def check_start(start_at: datetime | float | None) -> float | None:
+    """The store time a scheduled pause starts (``None``: at once); the caller checks that
+    it lies ahead of the store's clock."""
+    if start_at is None:
+        return None
+    at = (
+        _timestamp(start_at, "start_at")
+        if isinstance(start_at, datetime)
+        else _seconds(start_at, "start_at")
+    )
+    if not math.isfinite(at):
+        raise InvalidInput(f"start_at must be a finite time, got {start_at!r}")
+    return at
+
+
+def check_ahead(name: str, at: float, now: float) -> float:
+    """``at`` (store time) if it lies at most 366 days after ``now``."""
+    if at - now > MAX_DURATION.total_seconds():
+        raise InvalidInput(f"{name} is more than 366 days ahead: {at!r}")
+    return at
+
+
+def check_timeout(timeout: float) -> float:
+    """Seconds to wait: a positive, finite number."""
+    seconds = _seconds(timeout, "timeout")
+    if not (0 < seconds < math.inf):  # NaN too
+        raise InvalidInput(f"timeout must be a positive number of seconds, got {timeout!r}")
+    return seconds
+
+
+def check_beat(beat: str | None) -> str | None:
+    """A beat policy, ``queue`` or ``skip`` (``None``: the app's ``pause_beat_default``)."""
+    if beat is not None and beat not in BEAT_POLICIES:
+        raise InvalidInput(f"beat must be 'queue' or 'skip', got {str(beat)[:40]!r}")
+    return beat
+
+
+def check_ramp(ramp: timedelta | float | None) -> float | None:
+    """Seconds a resume ramps over (``None``: no ramp), positive and at most a day."""
+    if ramp is None:
+        return None
+    seconds = ramp.total_seconds() if isinstance(ramp, timedelta) else _seconds(ramp, "ramp")
+    if not (0 < seconds <= MAX_RAMP):
+        raise InvalidInput(f"ramp must be positive and at most a day (86400 s), got {seconds:g} s")
+    return seconds
+
+
+def check_positive(
+    name: str,
+    value: Any,
+    *,
+    error: type[Exception] = InvalidInput,
+    what: str = "a number",
+    finite: bool = False,
+) -> float:
+    """A number above zero (and ``finite`` if asked) for option or setting ``name``;
+    ``error`` names who refuses it (:class:`InvalidInput`, or a setting's
+    :class:`~celery_pause.errors.ConfigurationError`)."""
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        raise error(f"{name} must be {what}, got {value!r}") from None
+    if not number > 0 or (finite and number == math.inf):  # NaN too
+        raise error(f"{name} must be positive, got {value!r}")
+    return number
+
+
+def check_count(name: str, value: Any, *, error: type[Exception] = InvalidInput) -> int:
+    """A whole number of at least 1 for option or setting ``name``."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise error(f"{name} must be a whole number of at least 1, got {value!r}")
+    return value
+
+
+def check_port(name: str, value: Any, *, error: type[Exception] = InvalidInput) -> int | None:
+    """``None`` (off), or a TCP port; 0 picks a free one."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, str)):
+        raise error(f"{name} must be a port number, got {value!r}")
+    try:
+        port = int(value)
+    except ValueError:
+        raise error(f"{name} must be a port number, got {value!r}") from None
+    if not 0 <= port <= 65535:
+        raise error(f"{name} must be within 0-65535, got {port}")
+    return port
+
+
+def check_options(
+    name: str, value: Any, *, error: type[Exception] = InvalidInput
+) -> dict[str, Any]:
+    """A dict of options (``None``: none)."""
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise error(f"{name} must be a dict, got {type(value).__name__}")
+    return dict(value)
+
+
+def check_exceptions(value: Any) -> tuple[type[BaseException], ...]:
+    """One exception class or several, as ``exceptions`` options take them."""
+    types: tuple[Any, ...] = (value,) if isinstance(value, type) else tuple(value)
+    if not types or not all(isinstance(t, type) and issubclass(t, BaseException) for t in types):
+        raise InvalidInput(f"exceptions must be exception classes, got {value!r}")
+    return types
+
+
+def _timestamp(moment: datetime, name: str = "resume_at") -> float:
+    try:
+        return moment.timestamp()
+    except (OverflowError, ValueError, OSError):
+        raise InvalidInput(f"{name} is out of range: {moment!r}") from None
+
+
+def _seconds(value: object, name: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise InvalidInput(f"{name} must be a number of seconds, got {type(value).__name__}")
+    try:
+        return float(value)
+    except OverflowError:
+        raise InvalidInput(f"{name} is out of range") from None

@@ -1,0 +1,169 @@
+"""Opening a SQLAlchemy engine for a ``db+`` store URL, and the database's clock.
+
+The URL is Celery's database result backend form: ``db+`` and a SQLAlchemy URL
+(``db+postgresql+psycopg://…``, ``db+mysql+pymysql://…``, ``db+sqlite:///path``).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+from urllib.parse import urlsplit
+
+import sqlalchemy as sa
+
+from ...errors import StoreError
+from ..base import bad_url, display
+
+SCHEME = "db+"
+FAMILIES = ("postgresql", "mysql", "mariadb", "sqlite")
+DRIVER_HINTS = {
+    "postgresql": "pip install 'psycopg[binary]'  (with db+postgresql+psycopg://)",
+    "mysql": "pip install pymysql  (with db+mysql+pymysql://)",
+    "mariadb": "pip install pymysql  (with db+mariadb+pymysql://)",
+}
+WRITE = "celery_pause_write"
+"""Execution option: this transaction writes (SQLite begins it IMMEDIATE)."""
+# Deadlock / serialization failure / lock wait timeout: PostgreSQL SQLSTATEs, MySQL codes.
+RETRY_SQLSTATES = {"40001", "40P01", "55P03"}
+RETRY_MYSQL_CODES = {1205, 1213}
+SQLITE_BUSY = "database is locked"
+"""SQLite's answer when a lock cannot be had (its busy timeout is not used for every wait,
+e.g. a deferred transaction creating the tables while another writes): run it again."""
+
+
+class Retry(Exception):
+    """The transaction lost a race (a duplicate first insert, a deadlock): run it again."""
+
+
+def open_engine(url: str, *, timeout: float) -> sa.Engine:
+    """An engine for the ``db+`` store ``url``; :class:`ConfigurationError` if the URL,
+    the database kind or its driver is not usable. Connects lazily."""
+    try:
+        parsed = sa.engine.make_url(url[len(SCHEME) :])
+        port = parsed.port
+    except (sa.exc.ArgumentError, ValueError):
+        raise bad_url(url, "is not a SQLAlchemy URL") from None
+    if port is not None and not 0 < port < 65536:
+        raise bad_url(url, f"has port {port}, outside 1-65535")
+    family = parsed.get_backend_name()
+    if family not in FAMILIES:
+        raise bad_url(
+            url, f": the SQL store supports PostgreSQL, MySQL/MariaDB and SQLite, not {family!r}"
+        )
+    if family == "sqlite" and parsed.database in (None, "", ":memory:"):
+        raise bad_url(
+            url,
+            "needs a file (db+sqlite:///path/to/file.db); "
+            "for a store inside one process use memory://",
+        )
+    try:
+        engine = sa.create_engine(parsed, **_options(family, timeout))
+    except sa.exc.NoSuchModuleError:
+        raise bad_url(url, f": SQLAlchemy has no driver {parsed.drivername!r}") from None
+    except ImportError as exc:
+        hint = DRIVER_HINTS.get(family, "install the database driver")
+        driver = exc.name or parsed.drivername
+        raise bad_url(url, f"needs the driver {driver!r}: {hint}") from None
+    except sa.exc.ArgumentError as exc:
+        raise bad_url(url, f": {exc}"[:300]) from None
+    if family == "sqlite":
+        _immediate_writes(engine)
+    elif family in ("mysql", "mariadb"):
+        _utc_sessions(engine)
+    return engine
+
+
+def _options(family: str, timeout: float) -> dict[str, Any]:
+    seconds = max(1, math.ceil(timeout))
+    if family == "sqlite":
+        # A lock is waited for (busy timeout) rather than failing at once.
+        return {"connect_args": {"timeout": max(timeout, 10.0), "check_same_thread": False}}
+    connect_args: dict[str, Any] = {"connect_timeout": seconds}
+    if family != "postgresql":
+        # A read may wait for a row lock: allow more than a connect.
+        connect_args |= {"read_timeout": max(10 * seconds, 30), "write_timeout": 10 * seconds}
+    return {
+        "connect_args": connect_args,
+        # No ping per checkout (a round trip on every store call): a connection the
+        # database dropped fails its transaction, is invalidated, and the call runs again.
+        # READ COMMITTED: a locking read sees the latest commit, and MySQL takes no gap
+        # locks (two first writers of a row then conflict on the key, not deadlock).
+        "isolation_level": "READ COMMITTED",
+    }
+
+
+def _immediate_writes(engine: sa.Engine) -> None:
+    """SQLite: let SQLAlchemy begin every transaction, ``BEGIN IMMEDIATE`` for writes,
+    so a read-modify-write holds the database's write lock from its first read."""
+
+    @sa.event.listens_for(engine, "connect")
+    def _connect(dbapi_connection: Any, record: Any) -> None:
+        dbapi_connection.isolation_level = None  # the driver must not BEGIN by itself
+        dbapi_connection.execute("PRAGMA journal_mode=WAL")
+
+    @sa.event.listens_for(engine, "begin")
+    def _begin(conn: sa.Connection) -> None:
+        write = conn.get_execution_options().get(WRITE, False)
+        conn.exec_driver_sql("BEGIN IMMEDIATE" if write else "BEGIN")
+
+
+def _utc_sessions(engine: sa.Engine) -> None:
+    """MySQL/MariaDB: sessions in UTC, so ``UNIX_TIMESTAMP(NOW(6))`` is exact across DST."""
+
+    @sa.event.listens_for(engine, "connect")
+    def _connect(dbapi_connection: Any, record: Any) -> None:
+        with dbapi_connection.cursor() as cursor:
+            cursor.execute("SET time_zone = '+00:00'")
+
+
+def clock(conn: sa.Connection) -> float:
+    """The database server's time (seconds since the epoch, sub-second); SQLite's is
+    this host's clock, the database being a file here."""
+    family = conn.dialect.name
+    if family == "postgresql":
+        query = "SELECT extract(epoch FROM clock_timestamp())"
+    elif family in ("mysql", "mariadb"):
+        query = "SELECT UNIX_TIMESTAMP(NOW(6))"
+    else:
+        return time.time()
+    return float(conn.exec_driver_sql(query).scalar_one())
+
+
+@contextmanager
+def failing(url: str) -> Iterator[None]:
+    """SQLAlchemy's errors as :class:`StoreError` with the password masked, and a
+    lost race as :class:`Retry`."""
+    try:
+        yield
+    except sa.exc.IntegrityError:
+        raise Retry() from None
+    except sa.exc.DBAPIError as exc:
+        if _retryable(exc):
+            raise Retry() from None
+        raise StoreError(f"pause store {display(url)} failed: {_detail(url, exc)}") from None
+    except sa.exc.SQLAlchemyError as exc:
+        raise StoreError(f"pause store {display(url)} failed: {_detail(url, exc)}") from None
+
+
+def _retryable(exc: sa.exc.DBAPIError) -> bool:
+    if exc.connection_invalidated:
+        return True  # a pooled connection the database had dropped: a new one is taken
+    orig = exc.orig
+    if getattr(orig, "sqlstate", None) in RETRY_SQLSTATES:
+        return True
+    args: tuple[Any, ...] = getattr(orig, "args", ())
+    return bool(args) and (args[0] in RETRY_MYSQL_CODES or args[0] == SQLITE_BUSY)
+
+
+def _detail(url: str, exc: sa.exc.SQLAlchemyError) -> str:
+    """The driver's message on one line, without the URL's password."""
+    text = " ".join(str(getattr(exc, "orig", None) or exc).split())[:300]
+    try:
+        password = urlsplit(url).password
+    except ValueError:
+        password = None
+    return text.replace(password, "**") if password else text

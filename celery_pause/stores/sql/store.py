@@ -1,0 +1,335 @@
+"""SQL store: PostgreSQL, MySQL/MariaDB or SQLite through SQLAlchemy.
+
+Every read-modify-write is one transaction that locks its row first
+(``SELECT … FOR UPDATE``; on SQLite the transaction begins ``IMMEDIATE``),
+takes the database's clock, and writes JSON text. Two writers of a row that
+did not exist yet collide on its key: the loser's transaction is retried, as
+is one the database chose as a deadlock victim.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from typing import Any, TypeVar
+
+import sqlalchemy as sa
+
+from ...errors import ConfigurationError, InvalidInput, StoreError
+from ...model.report import WorkerReport
+from ...model.state import PauseState
+from ..base import (
+    Change,
+    ClockOffset,
+    Event,
+    R,
+    Record,
+    RecordChange,
+    RecordUpdated,
+    Snapshot,
+    Store,
+    Updated,
+    check_key,
+    check_log_name,
+    decode_entry,
+    decode_record,
+    encode_entry,
+    encode_record,
+)
+from .engine import WRITE, Retry, clock, failing, open_engine
+from .schema import NAME_LENGTH, PREFIX_LENGTH, log, prepare, values
+
+T = TypeVar("T")
+ATTEMPTS = 20
+PREPARE_BACKOFF = 0.01
+"""Seconds, times the attempt, between two tries at making the tables."""
+STATE, WORKER, RECORD, EVENTS, LEASE = "state", "worker", "record", "events", "lease"
+
+
+class SqlStore(Store):
+    """Keeps each value as a row of ``celery_pause_values`` and each log entry as a row
+    of ``celery_pause_log``, under the store's prefix (see :mod:`.sql_schema`)."""
+
+    def __init__(self, url: str, prefix: str, *, timeout: float = 2.0) -> None:
+        super().__init__(url, prefix)
+        if not prefix or len(prefix) > PREFIX_LENGTH:
+            raise ConfigurationError(
+                f"pause_key_prefix must be 1-{PREFIX_LENGTH} characters for the SQL store"
+            )
+        self.engine = open_engine(url, timeout=timeout)
+        self._pid = os.getpid()
+        self._ready = False
+        self._ready_lock = threading.Lock()
+        self._clock = ClockOffset(self._server_time)
+
+    @classmethod
+    def open(cls, url: str, prefix: str, *, timeout: float, options: Mapping[str, Any]) -> SqlStore:
+        return cls(url, prefix, timeout=timeout)
+
+    # -- the contract -----------------------------------------------------------------------
+    def now(self) -> float:
+        with self._failing():
+            return self._clock.now()
+
+    def read(self) -> Snapshot:
+        raw = self._run(lambda conn: self._get(conn, STATE, STATE), write=False)
+        return Snapshot(PauseState.decode(raw), self.now())
+
+    def update(self, change: Change[R]) -> Updated[R]:
+        def work(conn: sa.Connection) -> Updated[R]:
+            raw, exists = self._lock(conn, STATE, STATE)
+            current = PauseState.decode(raw)
+            now = clock(conn)
+            outcome = change(current, now)
+            if outcome.value is not None:
+                self._put(conn, STATE, STATE, outcome.value.encode().decode(), exists=exists)
+            return Updated.of(current, now, outcome)
+
+        return self._run(work)
+
+    def put_worker(self, report: WorkerReport) -> None:
+        name, data = _name(report.hostname), report.encode().decode()
+        self._run(lambda conn: self._put(conn, WORKER, name, data, exists=None))
+
+    def remove_worker(self, hostname: str) -> None:
+        self._run(lambda conn: self._delete(conn, WORKER, _name(hostname)))
+
+    def worker_reports(self) -> list[WorkerReport]:
+        rows = self._run(lambda conn: self._all(conn, WORKER), write=False)
+        reports = (WorkerReport.decode(value) for _, value in rows)
+        return [report for report in reports if report is not None]
+
+    def append_log(self, log_name: str, entry: Mapping[str, Any], *, keep: int) -> None:
+        name = check_log_name(log_name)
+        data = encode_entry(entry).decode()
+        where = (log.c.prefix == self.prefix) & (log.c.name == name)
+
+        def work(conn: sa.Connection) -> None:
+            conn.execute(sa.insert(log).values(prefix=self.prefix, name=name, entry=data))
+            newest = sa.select(log.c.id).where(where).order_by(log.c.id.desc())
+            cutoff = conn.execute(newest.offset(max(keep, 1) - 1).limit(1)).scalar()
+            if cutoff is not None:
+                conn.execute(sa.delete(log).where(where & (log.c.id < cutoff)))
+
+        self._run(work)
+
+    def read_log(self, log_name: str, *, limit: int | None = None) -> list[dict[str, Any]]:
+        name = check_log_name(log_name)
+        if limit is not None and limit < 1:
+            return []
+        query = (
+            sa.select(log.c.entry)
+            .where((log.c.prefix == self.prefix) & (log.c.name == name))
+            .order_by(log.c.id.desc())
+            .limit(limit)
+        )
+        rows = self._run(lambda conn: list(conn.execute(query).scalars()), write=False)
+        return [decode_entry(row) for row in rows]
+
+    # -- shared counters, records and leases --------------------------------------------
+    def add_event(self, key: str, *, window: float, detail: str = "", limit: int = 1000) -> int:
+        check_key(key)
+
+        def work(conn: sa.Connection) -> int:
+            raw, exists = self._lock(conn, EVENTS, key)
+            now = clock(conn)
+            events = [e for e in _events(key, raw) if e[0] >= now - window]
+            events = [*events, [now, detail]][-limit:]
+            self._put(conn, EVENTS, key, json.dumps(events, separators=(",", ":")), exists=exists)
+            return len(events)
+
+        return self._run(work)
+
+    def recent_events(self, key: str, *, window: float) -> list[Event]:
+        raw = self._run(lambda conn: self._get(conn, EVENTS, check_key(key)), write=False)
+        since = self.now() - window
+        return [Event(at, detail) for at, detail in _events(key, raw) if at >= since]
+
+    def clear_events(self, key: str) -> None:
+        self._run(lambda conn: self._delete(conn, EVENTS, check_key(key)))
+
+    def read_record(self, key: str) -> Record | None:
+        raw = self._run(lambda conn: self._get(conn, RECORD, check_key(key)), write=False)
+        return decode_record(key, raw)
+
+    def update_record(self, key: str, change: RecordChange[R]) -> RecordUpdated[R]:
+        check_key(key)
+
+        def work(conn: sa.Connection) -> RecordUpdated[R]:
+            raw, exists = self._lock(conn, RECORD, key)
+            current = decode_record(key, raw)
+            outcome = change(current, clock(conn))
+            if outcome.value is not None:
+                data = encode_record(outcome.value).decode()
+                self._put(conn, RECORD, key, data, exists=exists)
+            return RecordUpdated.of(current, outcome)
+
+        return self._run(work)
+
+    def delete_record(self, key: str) -> None:
+        self._run(lambda conn: self._delete(conn, RECORD, check_key(key)))
+
+    def record_keys(self, prefix: str = "") -> list[str]:
+        rows = self._run(lambda conn: self._all(conn, RECORD), write=False)
+        return sorted(name for name, _ in rows if name.startswith(prefix))
+
+    def acquire_lease(self, key: str, owner: str, ttl: float) -> bool:
+        check_key(key)
+
+        def work(conn: sa.Connection) -> bool:
+            holder, exists, now = self._lease(conn, key, lock=True)
+            if holder is not None and holder != owner:
+                return False
+            self._put(conn, LEASE, key, json.dumps(owner), exists=exists, expires=now + ttl)
+            return True
+
+        return self._run(work)
+
+    def release_lease(self, key: str, owner: str) -> bool:
+        check_key(key)
+
+        def work(conn: sa.Connection) -> bool:
+            if self._lease(conn, key, lock=True)[0] != owner:
+                return False
+            self._delete(conn, LEASE, key)
+            return True
+
+        return self._run(work)
+
+    def lease_owner(self, key: str) -> str | None:
+        check_key(key)
+        return self._run(lambda conn: self._lease(conn, key, lock=False)[0], write=False)
+
+    def init(self) -> str:
+        with self._failing():
+            version, created = prepare(self.engine)
+        self._ready = True
+        done = "created the tables" if created else "the tables are there"
+        return f"{done} (celery_pause_values, celery_pause_log, schema version {version})"
+
+    def close(self) -> None:
+        self.engine.dispose()
+
+    # -- rows -------------------------------------------------------------------------------
+    def _where(self, kind: str, name: str) -> sa.ColumnElement[bool]:
+        return (values.c.prefix == self.prefix) & (values.c.kind == kind) & (values.c.name == name)
+
+    def _get(self, conn: sa.Connection, kind: str, name: str) -> str | None:
+        query = sa.select(values.c.value).where(self._where(kind, name))
+        return conn.execute(query).scalar()
+
+    def _lock(self, conn: sa.Connection, kind: str, name: str) -> tuple[str | None, bool]:
+        """The row's value, locked until the transaction ends, and whether it exists."""
+        query = sa.select(values.c.value).where(self._where(kind, name)).with_for_update()
+        row = conn.execute(query).first()
+        return (None, False) if row is None else (row[0], True)
+
+    def _put(
+        self,
+        conn: sa.Connection,
+        kind: str,
+        name: str,
+        value: str,
+        *,
+        exists: bool | None,
+        expires: float | None = None,
+    ) -> None:
+        """Write a row read and locked in this transaction (``exists``: whether it was
+        there), or, with ``exists`` ``None``, whatever is there (last writer wins)."""
+        if exists is not False:
+            update = sa.update(values).where(self._where(kind, name))
+            if conn.execute(update.values(value=value, expires=expires)).rowcount or exists:
+                return
+        row = {"prefix": self.prefix, "kind": kind, "name": name, "value": value}
+        conn.execute(sa.insert(values).values(**row, expires=expires))
+
+    def _delete(self, conn: sa.Connection, kind: str, name: str) -> None:
+        conn.execute(sa.delete(values).where(self._where(kind, name)))
+
+    def _all(self, conn: sa.Connection, kind: str) -> list[tuple[str, str]]:
+        query = sa.select(values.c.name, values.c.value).where(
+            (values.c.prefix == self.prefix) & (values.c.kind == kind)
+        )
+        return [(row[0], row[1]) for row in conn.execute(query)]
+
+    def _lease(
+        self, conn: sa.Connection, key: str, *, lock: bool
+    ) -> tuple[str | None, bool, float]:
+        """The lease's live owner (``None`` if free or expired), whether its row exists,
+        and the database's clock, read after the row lock."""
+        query = sa.select(values.c.value, values.c.expires).where(self._where(LEASE, key))
+        row = conn.execute(query.with_for_update() if lock else query).first()
+        now = clock(conn)
+        if row is None:
+            return None, False, now
+        if row[1] is None or float(row[1]) <= now:
+            return None, True, now
+        try:
+            owner = json.loads(row[0])
+        except ValueError:
+            owner = None
+        return (owner if isinstance(owner, str) else "<unreadable>"), True, now
+
+    # -- transactions -----------------------------------------------------------------------
+    def _run(self, work: Callable[[sa.Connection], T], *, write: bool = True) -> T:
+        """Run ``work`` in one transaction, again if it lost a race."""
+        self._prepare()
+        for _ in range(ATTEMPTS):
+            try:
+                with self._failing(), self.engine.connect() as conn:
+                    conn.execution_options(**{WRITE: write})
+                    with conn.begin():
+                        return work(conn)
+            except Retry:
+                continue
+        raise StoreError(f"pause store {self.display_url}: gave up after {ATTEMPTS} conflicts")
+
+    def _prepare(self) -> None:
+        """Fork safety, and the tables made (or checked) once per store."""
+        if os.getpid() != self._pid:
+            # A forked child must not share its parent's connections.
+            self.engine.dispose(close=False)
+            self._pid = os.getpid()
+        if self._ready:
+            return
+        with self._ready_lock:
+            for attempt in range(ATTEMPTS):
+                if self._ready:
+                    return
+                try:
+                    with self._failing():
+                        prepare(self.engine)
+                    self._ready = True
+                except Retry:  # another process makes the tables at this moment
+                    time.sleep(PREPARE_BACKOFF * (attempt + 1))
+        if not self._ready:
+            raise StoreError(f"pause store {self.display_url}: cannot make its tables, locked")
+
+    def _server_time(self) -> float:
+        self._prepare()
+        with self.engine.connect() as conn:
+            return clock(conn)
+
+    @contextmanager
+    def _failing(self) -> Iterator[None]:
+        with failing(self.url):
+            yield
+
+
+def _name(hostname: str) -> str:
+    if not hostname or len(hostname) > NAME_LENGTH:
+        raise InvalidInput(f"a worker name must be 1-{NAME_LENGTH} characters: {hostname[:60]!r}")
+    return hostname
+
+
+def _events(key: str, raw: str | None) -> list[list[Any]]:
+    if raw is None:
+        return []
+    try:
+        return [[float(at), str(detail)] for at, detail in json.loads(raw)]
+    except (ValueError, TypeError) as exc:
+        raise StoreError(f"events {key!r} are unreadable: {exc}"[:300]) from None

@@ -1,0 +1,1 @@
+"""An installed app whose tasks Celery finds with ``autodiscover_tasks()``."""

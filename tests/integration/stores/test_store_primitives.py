@@ -1,0 +1,219 @@
+"""One contract for the stores' shared counters, records and leases, run on every store."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+import pytest
+import redis
+
+from celery_pause.errors import InvalidInput, StoreError
+from celery_pause.model.outcome import Outcome
+from celery_pause.stores.base import Store
+from celery_pause.stores.file import FileStore
+from celery_pause.stores.memory import MemoryStore
+from support.harness import wait_for
+from support.stores import Spec, make_store, run_in_processes, sql_rows, write_raw
+
+PROCESSES = 4
+EACH = 25
+
+
+def add_events(store: Store, key: str) -> list[int]:
+    return [store.add_event(key, window=60, detail="x") for _ in range(EACH)]
+
+
+def increment(store: Store, key: str) -> None:
+    def bump(record: dict[str, Any] | None, now: float) -> Outcome[dict[str, Any], None]:
+        return Outcome({"n": (record or {"n": 0})["n"] + 1}, None)
+
+    for _ in range(EACH):
+        store.update_record(key, bump)
+
+
+def take_lease(store: Store, key: str) -> bool:
+    return store.acquire_lease(key, f"owner-{uuid.uuid4().hex}", 30)
+
+
+# -- sliding windows -----------------------------------------------------------------------
+def test_events_count_within_the_window_and_keep_their_details(store: Store) -> None:
+    # Given an empty window
+    assert store.recent_events("breaker:a", window=60) == []
+
+    # When three events are added
+    counts = [store.add_event("breaker:a", window=60, detail=f"e{i}") for i in range(3)]
+
+    # Then each add returns the new count, and the details come back oldest first
+    assert counts == [1, 2, 3]
+    events = store.recent_events("breaker:a", window=60)
+    assert [e.detail for e in events] == ["e0", "e1", "e2"]
+    assert events[0].at <= events[1].at <= events[2].at
+
+
+def test_events_older_than_the_window_no_longer_count(store: Store) -> None:
+    # Given an event
+    store.add_event("breaker:old", window=0.3, detail="first")
+
+    # When the window has passed
+    wait_for(lambda: not store.recent_events("breaker:old", window=0.3), timeout=10, what="expiry")
+
+    # Then a new event finds itself alone in the window
+    assert store.add_event("breaker:old", window=0.3, detail="second") == 1
+    assert [e.detail for e in store.recent_events("breaker:old", window=60)] == ["second"]
+
+
+def test_events_are_capped_at_the_limit_and_can_be_cleared(store: Store) -> None:
+    # Given five events added with a limit of three
+    counts = [store.add_event("breaker:cap", window=60, limit=3) for _ in range(5)]
+
+    # Then the window never holds more than three
+    assert counts == [1, 2, 3, 3, 3]
+
+    # When cleared, it is empty
+    store.clear_events("breaker:cap")
+    assert store.recent_events("breaker:cap", window=60) == []
+
+
+def test_concurrent_events_are_counted_exactly_once_each(shared_spec: Spec) -> None:
+    # When four processes add 25 events each at the same time
+    results = run_in_processes(shared_spec, add_events, "breaker:race", processes=PROCESSES)
+    store = make_store(*shared_spec)
+
+    # Then every add saw a distinct count: no two adds interleaved
+    seen = sorted(count for counts in results for count in counts)
+    assert seen == list(range(1, PROCESSES * EACH + 1))
+    assert len(store.recent_events("breaker:race", window=60)) == PROCESSES * EACH
+
+
+# -- records -------------------------------------------------------------------------------
+def test_records_are_created_changed_listed_and_deleted(store: Store) -> None:
+    # Given no record
+    assert store.read_record("breaker:r") is None
+
+    # When one is created, and a change that declines is applied
+    made = store.update_record("breaker:r", lambda rec, now: Outcome({"at": now, "v": 1}, 1))
+    kept = store.update_record("breaker:r", lambda rec, now: Outcome(None, 2))
+    created, same = made.record, kept.record
+
+    # Then the record is stored as JSON, and the declined change wrote nothing
+    assert made.changed and not kept.changed
+    assert (made.result, kept.result) == (1, 2)
+    assert created == same == store.read_record("breaker:r")
+    assert created is not None and created["v"] == 1 and created["at"] > 0
+    store.update_record("other:s", lambda rec, now: Outcome({"v": 2}, None))
+    assert store.record_keys("breaker:") == ["breaker:r"]
+    assert store.record_keys() == ["breaker:r", "other:s"]
+
+    # When deleted, it is gone
+    store.delete_record("breaker:r")
+    assert store.read_record("breaker:r") is None
+    assert store.record_keys("breaker:") == []
+
+
+def test_concurrent_record_updates_lose_nothing(shared_spec: Spec) -> None:
+    # When four processes increment one record 25 times each
+    run_in_processes(shared_spec, increment, "breaker:count", processes=PROCESSES)
+    store = make_store(*shared_spec)
+
+    # Then every increment is there
+    assert store.read_record("breaker:count") == {"n": PROCESSES * EACH}
+
+
+@pytest.mark.parametrize("raw", [b"{not json", b"[1, 2]"])
+def test_an_unreadable_record_is_an_error_and_stays_as_it_is(store: Store, raw: bytes) -> None:
+    # Given a record that is not a JSON object
+    write_raw(store, "record", "breaker:bad", raw)
+
+    # Then reading and updating it fail clearly, and nothing overwrites it
+    with pytest.raises(StoreError, match="breaker:bad"):
+        store.read_record("breaker:bad")
+    with pytest.raises(StoreError, match="breaker:bad"):
+        store.update_record("breaker:bad", lambda rec, now: Outcome({"state": "closed"}, None))
+    with pytest.raises(StoreError):
+        store.read_record("breaker:bad")
+
+
+def test_only_json_objects_and_plain_keys_are_accepted(store: Store) -> None:
+    with pytest.raises(InvalidInput, match="JSON"):
+        store.update_record("breaker:x", lambda rec, now: Outcome({"v": object()}, None))
+    with pytest.raises(InvalidInput, match="object"):
+        store.update_record("breaker:x", lambda rec, now: Outcome([1], None))  # type: ignore[arg-type]
+    with pytest.raises(InvalidInput, match="store key"):
+        store.add_event("../escape", window=1)
+    with pytest.raises(InvalidInput, match="store key"):
+        store.acquire_lease("a key with spaces", "me", 1)
+    assert store.read_record("breaker:x") is None
+
+
+# -- leases --------------------------------------------------------------------------------
+def test_a_lease_has_one_owner_who_alone_extends_or_releases_it(store: Store) -> None:
+    # Given a lease taken by a
+    assert store.acquire_lease("breaker:l", "a", 30)
+
+    # Then b cannot take it nor release it; a can extend it
+    assert not store.acquire_lease("breaker:l", "b", 30)
+    assert not store.release_lease("breaker:l", "b")
+    assert store.acquire_lease("breaker:l", "a", 30)
+    assert store.lease_owner("breaker:l") == "a"
+
+    # When a releases it, b can take it
+    assert store.release_lease("breaker:l", "a")
+    assert store.lease_owner("breaker:l") is None
+    assert store.acquire_lease("breaker:l", "b", 30)
+
+
+def test_an_unrenewed_lease_expires(store: Store) -> None:
+    # Given a lease that its owner stops renewing (it crashed)
+    assert store.acquire_lease("breaker:crash", "dead", 0.3)
+    assert not store.acquire_lease("breaker:crash", "alive", 30)
+
+    # When its time is up, another owner gets it
+    wait_for(lambda: store.lease_owner("breaker:crash") is None, timeout=10, what="expiry")
+    assert store.acquire_lease("breaker:crash", "alive", 30)
+    assert store.lease_owner("breaker:crash") == "alive"
+
+
+def test_exactly_one_of_many_racing_processes_gets_a_lease(shared_spec: Spec) -> None:
+    # When four processes try to take the same free lease at once
+    results = run_in_processes(shared_spec, take_lease, "breaker:race", processes=PROCESSES)
+    store = make_store(*shared_spec)
+
+    # Then exactly one holds it
+    assert sorted(results) == [False] * (PROCESSES - 1) + [True]
+    assert store.lease_owner("breaker:race") is not None
+
+
+def test_everything_lives_under_the_store_prefix(store_spec: Spec, store: Store) -> None:
+    # Given one of each
+    store.add_event("breaker:p", window=60)
+    store.update_record("breaker:p", lambda rec, now: Outcome({"v": 1}, None))
+    store.acquire_lease("breaker:p", "me", 30)
+
+    # Then every key (or file) carries the store's prefix
+    kind, url, prefix = store_spec
+    if kind == "redis":
+        client = redis.Redis.from_url(url)
+        keys = sorted(k.decode() for k in client.scan_iter(f"{prefix}:*"))
+        assert keys == [
+            f"{prefix}:events:breaker:p",
+            f"{prefix}:lease:breaker:p",
+            f"{prefix}:records",
+        ]
+    elif isinstance(store, MemoryStore):
+        assert MemoryStore(url, f"{prefix}-other").record_keys() == []
+        assert list(store.space.records) == list(store.space.leases) == ["breaker:p"]
+        assert list(store.space.events) == ["breaker:p"]
+    elif isinstance(store, FileStore):
+        files = sorted(str(p.relative_to(store.root)) for p in store.root.rglob("*.json"))
+        assert files == [
+            "events/breaker%3Ap.json",
+            "leases/breaker%3Ap.json",
+            "records/breaker%3Ap.json",
+        ]
+    else:
+        assert sql_rows(store) == [
+            ("events", "breaker:p"),
+            ("lease", "breaker:p"),
+            ("record", "breaker:p"),
+        ]

@@ -1,0 +1,148 @@
+"""The store contract is checked at load, and every store reports bad URLs and I/O
+failures the same way; no service needed."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from celery_pause.errors import ConfigurationError, StoreError
+from celery_pause.model.report import WorkerReport
+from celery_pause.model.state import PauseState
+from celery_pause.settings import PauseConfig
+from celery_pause.stores import load_store_class, open_store
+from celery_pause.stores.aliases import BROKER_SCHEMES, SCHEMES, STORE_ALIASES, Alias, alias_for
+from celery_pause.stores.base import Change, R, Snapshot, Store, Updated
+
+SECRET = "s3cret-pw"
+
+
+class StateOnly(Store):
+    """A store written for the state alone: it lacks the breaker's and history's primitives."""
+
+    def now(self) -> float:
+        return 0.0
+
+    def read(self) -> Snapshot:
+        return Snapshot(PauseState(), 0.0)
+
+    def update(self, change: Change[R]) -> Updated[R]:
+        return Updated.of(PauseState(), 0.0, change(PauseState(), 0.0))
+
+    def put_worker(self, report: WorkerReport) -> None:
+        pass
+
+    def remove_worker(self, hostname: str) -> None:
+        pass
+
+    def worker_reports(self) -> list[WorkerReport]:
+        return []
+
+
+def config(url: str) -> PauseConfig:
+    return PauseConfig(
+        store_url=url,
+        key_prefix="p",
+        poll_interval=1,
+        max_hold=60,
+        worker_ttl=10,
+        store_timeout=0.5,
+        store_options={"master_name": "m", "wait_replicas": 0},
+    )
+
+
+def test_a_store_lacking_a_primitive_fails_at_load() -> None:
+    # Given a store class that implements the state but none of the primitives
+    # Then it cannot be made, and loading it through an alias names what it lacks
+    with pytest.raises(TypeError, match="lease_owner"):
+        StateOnly("state://", "p")  # type: ignore[abstract]
+    with pytest.raises(ConfigurationError, match="lacks acquire_lease, add_event, append_log"):
+        load_store_class(Alias(f"{__name__}:StateOnly", "state://"))
+    with pytest.raises(ConfigurationError, match="is not a pause store"):
+        load_store_class(Alias(f"{__name__}:config", "config://"))
+
+
+def test_every_primitive_is_abstract_in_the_contract() -> None:
+    primitives = {
+        "append_log",
+        "read_log",
+        "add_event",
+        "recent_events",
+        "clear_events",
+        "read_record",
+        "update_record",
+        "delete_record",
+        "record_keys",
+        "acquire_lease",
+        "release_lease",
+        "lease_owner",
+    }
+    assert primitives <= Store.__abstractmethods__
+
+
+def test_every_alias_loads_a_whole_store() -> None:
+    for alias in STORE_ALIASES.values():
+        assert not load_store_class(alias).__abstractmethods__
+    assert BROKER_SCHEMES == ("redis", "rediss", "unix", "sentinel")
+    assert alias_for("db+postgresql+psycopg://h/x") is STORE_ALIASES["db+"]
+    assert alias_for("dbx+postgresql://h/x") is None
+    assert SCHEMES.endswith("file:///dir or memory://")
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        f"redis://:{SECRET}@h:notaport/0",
+        f"redis://:pa/{SECRET}@h:notaport/0",
+        f"rediss://:{SECRET}@h:99999999/0",
+        f"db+postgresql+psycopg://u:{SECRET}@h:99999999/x",
+        f"db+postgresql+psycopg://u:{SECRET}@h:notaport/x",
+        f"file://u:{SECRET}@",
+        f"sentinel://:{SECRET}@h:notaport",
+        "sentinel://h:99999999;sentinel://h2:26379",
+        f"nosuch://u:{SECRET}@h:notaport",
+    ],
+    ids=[
+        "redis-port",
+        "redis-slash",
+        "rediss-range",
+        "sql-range",
+        "sql-port",
+        "file-path",
+        "sentinel-port",
+        "sentinel-range",
+        "unknown",
+    ],
+)
+def test_a_bad_url_is_a_configuration_error_without_the_password(url: str) -> None:
+    with pytest.raises(ConfigurationError, match=r"^pause_store_url '") as caught:
+        open_store(config(url))
+    assert SECRET not in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        f"redis://:{SECRET}@127.0.0.1:1/0",
+        f"sentinel://:{SECRET}@127.0.0.1:1",
+        f"db+postgresql+psycopg://u:{SECRET}@127.0.0.1:1/x",
+    ],
+    ids=["redis", "sentinel", "sql"],
+)
+def test_an_unreachable_store_is_a_store_error_naming_it_without_the_password(url: str) -> None:
+    store = open_store(config(url))
+    with pytest.raises(StoreError, match=r"^pause store \S+ failed: ") as caught:
+        store.read()
+    assert SECRET not in str(caught.value)
+    assert "127.0.0.1:1" in str(caught.value)
+
+
+def test_an_unwritable_file_store_is_a_store_error_naming_it(tmp_path: Path) -> None:
+    blocker = tmp_path / "not-a-dir"
+    blocker.write_text("")
+    store = open_store(config(f"file://{blocker}"))
+    with pytest.raises(StoreError, match=rf"^pause store file://{blocker} failed: "):
+        store.read_log("history")
+    with pytest.raises(StoreError, match=rf"^pause store file://{blocker} failed: "):
+        store.update(lambda state, now: pytest.fail("never read"))
