@@ -1,1 +1,1 @@
-"""The celery-pause benchmark (run ``python bench/run.py``)."""
+"""The celery-pause benchmark (run ``python -m bench.run``)."""

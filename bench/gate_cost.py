@@ -40,7 +40,7 @@ def gate_cost(calls: int = 200_000, repeats: int = 7) -> dict[str, float]:
     handler = handled.append
     gate = Gate(handler, QueueResolver(app))
     other_paused = Gate(handler, QueueResolver(app))
-    other_paused.scope = Scope.of(["bench.other"])
+    other_paused.hold_to(Scope.of(["bench.other"]))
     variants = {"handler": handler, "gate_open": gate, "gate_other_paused": other_paused}
     best: dict[str, float] = {}
     for _ in range(repeats):

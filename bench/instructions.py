@@ -22,7 +22,8 @@ from pathlib import Path
 
 from support.harness import Worker
 
-from .measure import drain_alone, percentile
+from .measure import drain_alone
+from .stats import median
 from .world import World
 
 WARM_UP = 200
@@ -63,13 +64,13 @@ def instructions_per_task(
                 side_threads[arm] += sum(threads.values())
     finally:
         world.stop_workers(workers.values())
-    median = {arm: percentile(found, 50) for arm, found in per_task.items()}
+    medians = {arm: median(found) for arm, found in per_task.items()}
     ratios = [s / n for s, n in zip(per_task["step"], per_task["none"], strict=True)]
     return {
-        "ratio": round(percentile(ratios, 50), 4),
+        "ratio": round(median(ratios), 4),
         "ratios": [round(r, 4) for r in ratios],
-        "per_task": {arm: round(value) for arm, value in median.items()},
-        "added_per_task": round(median["step"] - median["none"]),
+        "per_task": {arm: round(value) for arm, value in medians.items()},
+        "added_per_task": round(medians["step"] - medians["none"]),
         "side_threads": side_threads,
         "tasks_per_round": tasks,
         "rounds": rounds,

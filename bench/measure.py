@@ -24,18 +24,10 @@ import celery_pause
 from celery_pause import api
 from support.harness import Worker, wait_for
 
+from .stats import median, percentile
 from .world import Start, World
 
 BACKLOG_HIGH = 600
-
-
-def percentile(values: Sequence[float], pct: float) -> float:
-    """Nearest-rank percentile; NaN for no values."""
-    if not values:
-        return math.nan
-    ordered = sorted(values)
-    rank = max(1, math.ceil(pct / 100 * len(ordered)))
-    return ordered[rank - 1]
 
 
 @dataclass
@@ -126,7 +118,7 @@ def throughput(
             by_pair.append(
                 {
                     "started_first": first,
-                    "ratio": round(percentile(found_ratios, 50), 4),
+                    "ratio": round(median(found_ratios), 4),
                     "ratios": [round(r, 4) for r in found_ratios],
                 }
             )
@@ -134,7 +126,7 @@ def throughput(
     ratios = [s / n for s, n in zip(rates["step"], rates["none"], strict=True)]
     return {
         "ratio": round(math.prod(medians) ** (1 / len(medians)), 4),
-        "ratio_pooled_median": round(percentile(ratios, 50), 4),
+        "ratio_pooled_median": round(median(ratios), 4),
         "ratio_of_totals": round(sum(rates["step"]) / sum(rates["none"]), 4),
         "ratios": [round(r, 4) for r in ratios],
         "pairs": by_pair,
@@ -235,11 +227,9 @@ def cpu_alone(world: World, *, tasks: int, rounds: int) -> dict[str, object]:
     cpu_ratios = [s / n for s, n in zip(per_task["step"], per_task["none"], strict=True)]
     rate_ratios = [s / n for s, n in zip(rates["step"], rates["none"], strict=True)]
     return {
-        "cpu_ratio": round(percentile(cpu_ratios, 50), 4),
-        "rate_ratio": round(percentile(rate_ratios, 50), 4),
-        "cpu_ms_per_task": {
-            arm: round(percentile(found, 50), 4) for arm, found in per_task.items()
-        },
+        "cpu_ratio": round(median(cpu_ratios), 4),
+        "rate_ratio": round(median(rate_ratios), 4),
+        "cpu_ms_per_task": {arm: round(median(found), 4) for arm, found in per_task.items()},
         "cpu_ratios": [round(r, 4) for r in cpu_ratios],
         "step_side_threads_cpu_s": round(side_threads, 3),
         "tasks_per_round": tasks,

@@ -1,9 +1,9 @@
 """A ramped resume, measured: the cluster's task starts per second against the ramp's
 curve, beside a plain resume of an equal backlog in the same run.
 
-    python bench/ramp.py --json --plot docs/_static/ramp.png > docs/_static/ramp.json
-    python bench/ramp.py                        # the figures as a table
-    python bench/ramp.py --from docs/_static/ramp.json --plot docs/_static/ramp.png  # redraw
+    python -m bench.ramp --json --plot docs/_static/ramp.png > docs/_static/ramp.json
+    python -m bench.ramp                        # the figures as a table
+    python -m bench.ramp --from docs/_static/ramp.json --plot docs/_static/ramp.png  # redraw
 
 Starts two private ``redis-server`` processes (broker, store) and real prefork
 ``celery worker`` processes (4 by default, concurrency 2, Celery's prefetch window)
@@ -26,28 +26,24 @@ import json
 import math
 import os
 import platform
-import sys
 import tempfile
 import time
 from pathlib import Path
-from statistics import median
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+import celery
+import kombu
+import redis
 
-import celery  # noqa: E402
-import kombu  # noqa: E402
-import redis  # noqa: E402
-
-import celery_pause  # noqa: E402
-from bench.world import Start, World, log, settle  # noqa: E402
-from celery_pause.model.ramp import Ramp  # noqa: E402
-from celery_pause.model.scope import EVERYTHING  # noqa: E402
-from celery_pause.stores import store_for  # noqa: E402
-from support.harness import wait_for  # noqa: E402
-
-POLL_INTERVAL = 2.0  # the default pause_poll_interval
+import celery_pause
+from bench.stats import median
+from bench.targets import POLL_INTERVAL
+from bench.world import Start, World, log, settle
+from celery_pause.model.ramp import Ramp
+from celery_pause.model.scope import EVERYTHING
+from celery_pause.stores import store_for
+from support.harness import wait_for
+from support.processes import raise_on_sigterm
 
 
 def run(
@@ -284,6 +280,7 @@ def main() -> None:
     parser.add_argument("--plot", type=Path, help="draw the figure to this PNG (matplotlib)")
     parser.add_argument("--from", dest="source", type=Path, help="a saved JSON object")
     args = parser.parse_args()
+    raise_on_sigterm()
     if args.source:
         raw = json.loads(args.source.read_text())
     else:

@@ -1,4 +1,4 @@
-"""The ramped-resume benchmark's figure (``bench/ramp.py --plot``); needs matplotlib."""
+"""The ramped-resume benchmark's figure (``python -m bench.ramp --plot``); needs matplotlib."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ def pyplot() -> Any:
         import matplotlib
     except ImportError:
         raise SystemExit(
-            "bench/ramp.py --plot needs matplotlib: pip install 'celery-pause[bench]' "
+            "python -m bench.ramp --plot needs matplotlib: pip install 'celery-pause[bench]' "
             "(or pip install matplotlib)"
         ) from None
     matplotlib.use("Agg")

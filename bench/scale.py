@@ -1,11 +1,11 @@
 """Many workers, measured: status latency, wait overhead and idle store load.
 
-    python bench/scale.py --workers 1000 --json
-    python bench/scale.py --sweep 10,100,1000          # how the figures grow
-    python bench/scale.py --workers 1000 --store-url db+postgresql+psycopg://root@127.0.0.1/test
+    python -m bench.scale --workers 1000 --json
+    python -m bench.scale --sweep 10,100,1000          # how the figures grow
+    python -m bench.scale --workers 1000 --store-url db+postgresql+psycopg://root@127.0.0.1/test
 
 Each simulated worker runs the worker's own store thread and report code
-(:class:`celery_pause.worker.sync.StoreSync` with a real :class:`Gate`), many per
+(:class:`celery_pause.worker.sync.StoreSync` with a real state and :class:`Gate`), many per
 process, against a private ``redis-server`` (or the store URL given). Only the
 Celery consumer is left out: a change read from the store is applied at once, as
 :class:`ApplyStep` does on a worker with nothing running in scope. Figures:
@@ -22,28 +22,28 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import multiprocessing
 import os
 import sys
 import time
-from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+from celery import Celery
 
-from celery import Celery  # noqa: E402
-
-import celery_pause  # noqa: E402
-from celery_pause.model.report import WorkerReport  # noqa: E402
-from celery_pause.settings import config_for  # noqa: E402
-from celery_pause.stores import Snapshot, Store, open_store  # noqa: E402
-from celery_pause.worker.gate import Gate  # noqa: E402
-from celery_pause.worker.pools import PREFORK, PoolSupport  # noqa: E402
-from celery_pause.worker.sync import StoreSync  # noqa: E402
-from support.redis_server import RedisServer  # noqa: E402
-from support.stores import ForwardingStore  # noqa: E402
+import celery_pause
+from bench.stats import percentile
+from bench.targets import SCALE_TARGETS, TARGETS, verdicts
+from celery_pause.model.report import WorkerReport
+from celery_pause.settings import config_for
+from celery_pause.stores import Snapshot, Store, open_store
+from celery_pause.worker.gate import Gate
+from celery_pause.worker.pools import PREFORK, PoolSupport
+from celery_pause.worker.snapshot import WorkerSnapshot
+from celery_pause.worker.state import StoreClock, WorkerState
+from celery_pause.worker.sync import StoreSync
+from support.processes import raise_on_sigterm
+from support.redis_server import RedisServer
+from support.stores import ForwardingStore
 
 PER_PROCESS = 250
 """Simulated workers per process: their threads share one interpreter, as pool-less workers."""
@@ -70,26 +70,20 @@ class Witness(ForwardingStore):
 
 
 class SimulatedWorker:
-    """One worker's store thread and gate, applying each change at once."""
+    """One worker's store thread, state and gate, applying each change at once."""
 
     def __init__(self, app: Celery, store: Store, hostname: str) -> None:
         self.hostname = hostname
-        self.gate = Gate(lambda request: None, lambda request: "default", hostname=hostname)
-        self.applied: tuple[int, Any] | None = None
-        self.witness = Witness(store)
-        self.sync = StoreSync(
-            store=self.witness,
-            config=config_for(app),
-            hostname=hostname,
-            gate=self.gate,
-            pool=PoolSupport(PREFORK),
-            applied=lambda: self.applied,
-            as_of=lambda: 0.0,
-            breakers=lambda: (),
-            deliver=self.deliver,
-            return_expired=lambda: None,
-            pump=lambda: None,
+        clock = StoreClock()
+        self.gate = Gate(
+            lambda request: None, lambda request: "default", hostname=hostname, clock=clock.now
         )
+        self.state = WorkerState(
+            hostname=hostname, pool=PoolSupport(PREFORK), gate=self.gate, clock=clock
+        )
+        self.witness = Witness(store)
+        self.max_hold = config_for(app).max_hold
+        self.sync = StoreSync(store=self.witness, config=config_for(app), worker=self)
 
     def start(self) -> None:
         snapshot = self.sync.read_once()
@@ -97,13 +91,24 @@ class SimulatedWorker:
             self.deliver(snapshot)
         self.sync.start()
 
+    def snapshot(self) -> WorkerSnapshot:
+        return self.state.snapshot()
+
     def deliver(self, snapshot: Snapshot) -> None:
-        scope = snapshot.state.paused(snapshot.now).for_worker(self.hostname)
-        latest = (snapshot.state.generation, scope)
-        if latest != self.applied:
-            self.gate.scope = scope
-            self.applied = latest
+        delivered = self.state.deliver(snapshot.state, snapshot.now)
+        if delivered is not None:
+            self.gate.hold_to(delivered.applied.scope)
+            self.state.mark_applied(delivered.applied, as_of=delivered.as_of)
             self.sync.publish_now()
+
+    def store_failed(self) -> None:
+        self.state.store_failed()
+
+    def return_expired(self) -> None:
+        self.gate.return_expired(self.max_hold)
+
+    def pump(self) -> None:
+        self.gate.pump()
 
 
 def run_workers(store_url: str, first: int, count: int, ready: Any, commands: Any) -> None:
@@ -122,11 +127,6 @@ def run_workers(store_url: str, first: int, count: int, ready: Any, commands: An
         ready.put(None if None in landed else max(t for t in landed if t is not None))
     for worker in workers:
         worker.sync.stop()
-
-
-def percentile(values: list[float], pct: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, math.ceil(pct / 100 * len(ordered)) - 1)]
 
 
 def measure(workers: int, store_url: str, rounds: int, idle_seconds: float) -> dict[str, Any]:
@@ -182,7 +182,7 @@ def measure(workers: int, store_url: str, rounds: int, idle_seconds: float) -> d
             process.join(timeout=30)
             if process.is_alive():
                 process.kill()
-    return {
+    found: dict[str, Any] = {
         "workers": workers,
         "status_p50_ms": round(percentile(status_ms, 50), 1),
         "status_p99_ms": round(percentile(status_ms, 99), 1),
@@ -193,6 +193,8 @@ def measure(workers: int, store_url: str, rounds: int, idle_seconds: float) -> d
         "rounds": rounds,
         "processes": len(children),
     }
+    judged = [name for name in SCALE_TARGETS if found[TARGETS[name].figure] is not None]
+    return {**found, "verdicts": verdicts(found, judged)}
 
 
 def idle_commands(store_url: str, workers: int, seconds: float) -> float | None:
@@ -237,6 +239,7 @@ def main() -> None:
     parser.add_argument("--store-url", help="a store to use instead of a private redis-server")
     parser.add_argument("--json", action="store_true", help="one JSON object on stdout")
     args = parser.parse_args()
+    raise_on_sigterm()
     counts = [int(n) for n in args.sweep.split(",")] if args.sweep else [args.workers]
     results = []
     for count in counts:

@@ -1,13 +1,13 @@
 """Throughput of a task type whose queue-mate is paused, against nothing paused.
 
-    python bench/task_scope.py [--tasks 1000] [--rounds 4] [--json]
+    python -m bench.task_scope [--tasks 1000] [--rounds 4] [--json]
 
 On Redis (127.0.0.1:6379) and RabbitMQ (127.0.0.1:5672), one real prefork worker
 (concurrency 2, Celery's default prefetch) drains a backlog of one task type
 twice per round: once with nothing paused (the baseline), once while the other
 task type of the same queue is paused and more of its messages than the prefetch
 window arrived first. The held messages must neither start nor stop the queue:
-the ratio of the two rates is the figure (target >= 0.9). Which arm runs first
+the ratio of the two rates is the figure (its target in ``bench.targets``). Which arm runs first
 alternates. Every held task runs exactly once after the resume.
 """
 
@@ -18,15 +18,14 @@ import json
 import sys
 import tempfile
 from pathlib import Path
-from statistics import median
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
-import celery_pause  # noqa: E402
-from support.harness import AMQP_BROKER, REDIS_BROKER, Cluster, wait_for  # noqa: E402
-from support.proj import OTHER_TASK, RECORD_TASK  # noqa: E402
+import celery_pause
+from bench.stats import median
+from bench.targets import TASK_SCOPE_TARGETS, verdicts
+from support.harness import AMQP_BROKER, REDIS_BROKER, Cluster, wait_for
+from support.processes import raise_on_sigterm
+from support.proj import OTHER_TASK, RECORD_TASK
 
 HELD = 40
 """Messages of the paused type sent ahead of each drain: five times the prefetch window."""
@@ -88,7 +87,7 @@ def measure(broker: str, tasks: int, rounds: int) -> dict[str, Any]:
         finally:
             cluster.close()
     ratios = [p / n for p, n in zip(rates["other_type_paused"], rates["none_paused"], strict=True)]
-    return {
+    found = {
         "ratio": round(median(ratios), 3),
         "ratios": [round(r, 3) for r in ratios],
         "none_paused_tasks_per_s": round(median(rates["none_paused"]), 1),
@@ -96,6 +95,7 @@ def measure(broker: str, tasks: int, rounds: int) -> dict[str, Any]:
         "tasks_per_round": tasks,
         "held_ahead": HELD,
     }
+    return {**found, "verdicts": verdicts(found, TASK_SCOPE_TARGETS)}
 
 
 def main() -> None:
@@ -104,6 +104,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=4)
     parser.add_argument("--json", action="store_true", help="one JSON object on stdout")
     args = parser.parse_args()
+    raise_on_sigterm()
     results = {
         name: measure(broker, args.tasks, args.rounds)
         for name, broker in (("redis", REDIS_BROKER), ("rabbitmq", AMQP_BROKER))

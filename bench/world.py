@@ -17,14 +17,14 @@ import tempfile
 import time
 import uuid
 from collections.abc import Iterable, Sequence
-from contextlib import ExitStack, suppress
+from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from celery import Celery
 
-from support.harness import ROOT, Worker, wait_for
+from support.harness import ROOT, Worker, stop_all, wait_for
 from support.proj import RECORD_TASK, make_app
 from support.redis_server import RedisServer
 
@@ -114,10 +114,10 @@ class World:
         return any(worker.hostname in reply for reply in replies)
 
     def stop_workers(self, workers: Iterable[Worker]) -> None:
-        for worker in list(workers):
-            with suppress(AssertionError):
-                worker.stop(timeout=20)
-            worker.kill()
+        """Stop ``workers`` (at once: warm shutdown, SIGKILL after 20 s)."""
+        stopping = list(workers)
+        stop_all(stopping)
+        for worker in stopping:
             self.workers.remove(worker)
 
     # -- tasks and their records ----------------------------------------------------------
@@ -163,11 +163,7 @@ class World:
         }
 
     def close(self, *, keep_logs: bool = False) -> None:
-        for worker in list(self.workers):
-            with suppress(AssertionError):
-                worker.stop(timeout=20)
-            worker.kill()
-        self.workers.clear()
+        self.stop_workers(self.workers)
         self._servers.close()
         if not keep_logs:
             shutil.rmtree(self.tmp, ignore_errors=True)

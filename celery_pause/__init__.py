@@ -4,7 +4,10 @@ from __future__ import annotations
 
 from celery import Celery
 
-from . import beat  # noqa: F401  (connects the beat_init handler)
+# Every import-time side effect of the package, here alone: importing beat connects
+# its beat_init handler, importing control registers the remote commands, and
+# censor_store_url() (called below) has Celery mask pause_store_url.
+from . import beat, control  # noqa: F401
 from .api import pause, resume, status
 from .api.results import ClusterStatus, PauseResult, ResumeResult
 from .breaker.circuit import CircuitBreaker
@@ -24,7 +27,10 @@ from .history import HistoryEntry, format_history, history
 from .model.report import WorkerReport
 from .model.scope import Scope
 from .model.state import Hold, PauseState
+from .settings import censor_store_url
 from .step import PauseStep
+
+censor_store_url()
 
 __version__ = "0.2.0.dev0"
 

@@ -1,5 +1,9 @@
 """Remote commands: ``pause_refresh`` (re-read the state now; sent by every pause and
-resume) and ``inspect pause_state`` (what a worker applies, holds and runs)."""
+resume) and ``inspect pause_state`` (what a worker applies, holds and runs).
+
+They read what the apply step put on the consumer: ``pause_sync`` (the store thread)
+and ``pause_state`` (the worker's :class:`~celery_pause.worker.state.WorkerState`).
+"""
 
 from __future__ import annotations
 
@@ -17,10 +21,10 @@ REFRESH = "pause_refresh"
 @control_command()  # type: ignore[untyped-decorator]
 def pause_refresh(state: Any) -> dict[str, str]:
     """Re-read the pause state from the store at once."""
-    step = getattr(state.consumer, "celery_pause", None)
-    if step is None:
+    sync = getattr(state.consumer, "pause_sync", None)
+    if sync is None:
         return cast(dict[str, str], nok("celery-pause is not installed on this worker"))
-    step.refresh()
+    sync.refresh()
     return cast(dict[str, str], ok("refreshing"))
 
 
@@ -28,10 +32,10 @@ def pause_refresh(state: Any) -> dict[str, str]:
 def pause_state(state: Any) -> dict[str, Any]:
     """The holds this worker applies, what it holds and what it runs in scope:
     ``celery -A proj inspect pause_state``."""
-    step = getattr(state.consumer, "celery_pause", None)
-    if step is None:
+    pause_state = getattr(state.consumer, "pause_state", None)
+    if pause_state is None:
         return cast(dict[str, Any], nok("celery-pause is not installed on this worker"))
-    return cast(dict[str, Any], step.describe())
+    return cast(dict[str, Any], pause_state.snapshot().describe())
 
 
 def notify_workers(app: Celery) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from celery.exceptions import ImproperlyConfigured
+from click import ClickException
 
 if TYPE_CHECKING:
     from .api.results import PauseResult
@@ -17,6 +18,15 @@ class PauseError(Exception):
 
 class ConfigurationError(PauseError, ImproperlyConfigured):
     """A setting is missing or has a value celery-pause cannot use."""
+
+
+class WorkerRefused(ConfigurationError, ClickException):
+    """A worker cannot run celery-pause as configured; ``celery worker`` prints the reason
+    and exits 1, as for its own command-line errors, without a traceback."""
+
+    def __init__(self, message: str) -> None:
+        ConfigurationError.__init__(self, message)
+        ClickException.__init__(self, message)
 
 
 class InvalidWindow(ConfigurationError):

@@ -14,8 +14,6 @@ from .model.state import BEAT_POLICIES
 from .model.validation import check_count, check_options, check_port, check_positive
 from .model.windows import Window, parse_windows
 
-REDIS_SCHEMES = ("redis", "rediss", "unix")
-SENTINEL_SCHEME = "sentinel"
 DEFAULTS: dict[str, Any] = {
     "pause_store_url": None,
     "pause_store_transport_options": None,
@@ -34,7 +32,10 @@ DEFAULTS: dict[str, Any] = {
     "pause_beat_default": "queue",
     "pause_windows": None,
     "pause_ramp_peak": 100.0,
+    "pause_readyz_when_paused": "fail",
 }
+READYZ_WHEN_PAUSED = ("fail", "report")
+"""``/readyz`` of a fully paused worker: 503 (``fail``), or 200 saying so (``report``)."""
 
 
 @dataclass(frozen=True)
@@ -56,11 +57,16 @@ class PauseConfig:
     store_options: dict[str, Any] = field(default_factory=dict)
     """Options of a ``sentinel://`` store: ``pause_store_transport_options``, or the
     broker's transport options when the broker doubles as the store."""
+    store_from_broker: bool = False
+    """Whether ``store_url`` is the broker's (no ``pause_store_url`` set)."""
+    store_setting: str = "pause_store_url"
+    """``pause_store_url`` as the app's configuration spells it, for messages."""
     green_loop_wait: float = DEFAULTS["pause_green_loop_wait"]
     beat_default: str = DEFAULTS["pause_beat_default"]
     windows: tuple[Window, ...] = ()
     ramp_peak: float = DEFAULTS["pause_ramp_peak"]
     """The cluster's start rate (tasks per second) at the end of a ramped resume."""
+    readyz_when_paused: str = DEFAULTS["pause_readyz_when_paused"]
 
     @classmethod
     def from_app(cls, app: Celery) -> PauseConfig:
@@ -69,17 +75,15 @@ class PauseConfig:
         if prefix is None:
             prefix = f"celery-pause:{app.main or 'default'}"
         poll_interval = read.positive("pause_poll_interval")
-        if read.values["pause_store_url"]:
-            store_url = read.values["pause_store_url"]
-            store_options = read.options("pause_store_transport_options")
-        else:
-            store_url = _store_from_broker(app)
-            store_options = read.options("broker_transport_options")
+        given = read.values["pause_store_url"]
+        options = "pause_store_transport_options" if given else "broker_transport_options"
         beat_default = read.beat("pause_beat_default")
         warn_after = read.values["pause_warn_after"]
         return cls(
-            store_url=store_url,
-            store_options=store_options,
+            store_url=str(given or _broker_url(app)),
+            store_from_broker=not given,
+            store_setting=read.name("pause_store_url"),
+            store_options=read.options(options),
             key_prefix=str(prefix),
             poll_interval=poll_interval,
             max_hold=_bounded_hold(app, read.positive("pause_max_hold")),
@@ -94,6 +98,7 @@ class PauseConfig:
             green_loop_wait=min(read.positive("pause_green_loop_wait"), 2.0),
             beat_default=beat_default,
             ramp_peak=read.positive("pause_ramp_peak"),
+            readyz_when_paused=read.choice("pause_readyz_when_paused", READYZ_WHEN_PAUSED),
             windows=parse_windows(
                 read.values["pause_windows"], app, beat_default, read.name("pause_windows")
             ),
@@ -131,9 +136,13 @@ class _Reader:
         return check_options(self.name(key), self.app.conf.get(key), error=ConfigurationError)
 
     def beat(self, key: str) -> str:
+        return self.choice(key, BEAT_POLICIES)
+
+    def choice(self, key: str, choices: tuple[str, ...]) -> str:
         value = self.values[key]
-        if value not in BEAT_POLICIES:
-            raise ConfigurationError(f"{self.name(key)} must be 'queue' or 'skip', got {value!r}")
+        if value not in choices:
+            named = " or ".join(repr(choice) for choice in choices)
+            raise ConfigurationError(f"{self.name(key)} must be {named}, got {value!r}")
         return str(value)
 
 
@@ -147,9 +156,6 @@ def censor_store_url() -> None:
         )
 
 
-censor_store_url()
-
-
 def config_for(app: Celery) -> PauseConfig:
     """The app's settings, read on first use and cached on the app."""
     cached: PauseConfig | None = getattr(app, "_celery_pause_config", None)
@@ -159,19 +165,12 @@ def config_for(app: Celery) -> PauseConfig:
     return cached
 
 
-def _store_from_broker(app: Celery) -> str:
+def _broker_url(app: Celery) -> str:
+    """The broker URL (the first of a failover list); empty when none is set."""
     broker = app.conf.broker_url or ""
     if isinstance(broker, (list, tuple)):
         broker = broker[0] if broker else ""
-    scheme = str(broker).partition("://")[0]
-    if scheme in (*REDIS_SCHEMES, SENTINEL_SCHEME):
-        return str(broker)
-    raise ConfigurationError(
-        f"celery-pause needs a store: set {setting_name(app, 'pause_store_url')} (redis://…, "
-        "db+postgresql+psycopg://…, file:///dir, …); "
-        f"only a Redis (or Sentinel) broker doubles as the store, and this broker is "
-        f"{scheme or 'unset'!r}"
-    )
+    return str(broker)
 
 
 def _bounded_hold(app: Celery, max_hold: float) -> float:

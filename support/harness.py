@@ -11,7 +11,7 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any, TypeVar
@@ -22,6 +22,7 @@ from celery import Celery
 
 import celery_pause
 
+from .processes import track
 from .proj import RECORD_TASK, RECORDS_URL, make_app
 from .stores import REDIS_STORE, purge
 
@@ -50,6 +51,13 @@ def wait_for(probe: Callable[[], T], *, timeout: float, what: str, interval: flo
         time.sleep(interval)
 
 
+def started_between(
+    records: Iterable[dict[str, Any]], start: float, end: float
+) -> list[dict[str, Any]]:
+    """The records (each with its ``started`` time) of starts in ``[start, end)``."""
+    return [r for r in records if start <= r["started"] < end]
+
+
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -75,6 +83,7 @@ def redis_server(port: int, password: str) -> Iterator[None]:
         ],
         stdout=subprocess.DEVNULL,
     )
+    track(server)
     try:
         wait_for(lambda: answers("127.0.0.1", port), timeout=10, what="redis-server to start")
         yield
@@ -134,6 +143,7 @@ class Worker:
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
             )
+        track(self.proc)
         return self
 
     def wait_applied(self, generation: int = 0, timeout: float = 30.0) -> celery_pause.WorkerReport:
@@ -218,6 +228,21 @@ class Worker:
             return "<no log>"
 
 
+def stop_all(workers: Iterable[Worker], timeout: float = 20.0) -> None:
+    """Warm shutdown of ``workers`` at once (SIGTERM to each), SIGKILL for those still
+    running after ``timeout`` seconds."""
+    running = [w for w in workers if w.proc is not None and w.proc.poll() is None]
+    for worker in running:
+        assert worker.proc is not None
+        worker.proc.send_signal(signal.SIGTERM)
+    deadline = time.monotonic() + timeout
+    for worker in running:
+        assert worker.proc is not None
+        with suppress(subprocess.TimeoutExpired):
+            worker.proc.wait(max(0.0, deadline - time.monotonic()))
+        worker.kill()
+
+
 class Beat(Worker):
     """A real ``celery beat`` subprocess with the default scheduler, as users run it."""
 
@@ -226,7 +251,7 @@ class Beat(Worker):
 
 
 class Cluster:
-    """One test's private world: namespace, client app, workers, records."""
+    """One test's private namespace: its client app, its workers, their task records."""
 
     def __init__(
         self,
@@ -334,7 +359,8 @@ class Cluster:
         return [json.loads(raw) for raw in self.records_client.lrange(self.record_key, 0, -1)]
 
     def started_between(self, start: float, end: float) -> list[dict[str, Any]]:
-        return [r for r in self.records() if start <= r["started"] < end]
+        """This cluster's task records of starts in ``[start, end)``."""
+        return started_between(self.records(), start, end)
 
     def wait_records(self, count: int, timeout: float = 60.0) -> list[dict[str, Any]]:
         def enough() -> list[dict[str, Any]] | None:

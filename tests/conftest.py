@@ -1,8 +1,27 @@
+"""The fixtures every test may use, and the names the test files give theirs.
+
+A fixture that yields a :class:`support.harness.Cluster` (a private namespace, its app,
+the workers a test starts) is named ``<what differs>_cluster``:
+
+- ``cluster``: on each broker, Redis then RabbitMQ (``broker``); a behaviour test runs twice;
+- ``redis_cluster``: on the Redis broker only;
+- ``store_cluster``: its pause state in each kind of store (Redis, file);
+- in a test file, for what that file sets: ``ramp_cluster`` (``pause_ramp_peak``),
+  ``pool_cluster`` (one cell of pool and broker), ``probed_cluster`` (probes served),
+  ``redelivering_cluster`` (kombu's short visibility timeout), ``slow_poll_cluster``,
+  ``history_cluster`` (a short history), ``chaos_cluster`` (a private redis-server).
+
+A fixture that yields a store is named for it: ``store_spec``/``shared_spec`` (where a store
+of each kind is), ``store`` (one opened). A ``Cluster`` is never called a world: the
+benchmark's :class:`bench.world.World` and the breaker tests' ``BreakerWorld`` are other things.
+"""
+
 from __future__ import annotations
 
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -29,18 +48,15 @@ def redis_url() -> str:
 
 
 @pytest.fixture
-def world(redis_url: str, tmp_path: Path) -> Iterator[Cluster]:
-    """A private namespace on the Redis broker and store, with no worker started yet."""
-    cluster = Cluster(broker=redis_url, tmp=tmp_path)
-    yield cluster
-    cluster.close()
+def cluster(broker: str, tmp_path: Path) -> Iterator[Cluster]:
+    """A private app on each broker (Redis, then RabbitMQ), with no worker started yet."""
+    yield from _cluster(broker=broker, tmp=tmp_path)
 
 
 @pytest.fixture
-def cluster(broker: str, tmp_path: Path) -> Iterator[Cluster]:
-    world = Cluster(broker=broker, tmp=tmp_path)
-    yield world
-    world.close()
+def redis_cluster(redis_url: str, tmp_path: Path) -> Iterator[Cluster]:
+    """A private app on the Redis broker only, with no worker started yet."""
+    yield from _cluster(broker=redis_url, tmp=tmp_path)
 
 
 @pytest.fixture(params=["redis", "file"])
@@ -48,9 +64,13 @@ def store_cluster(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Cl
     """A private app on the Redis broker, with its pause state in each kind of store."""
     require("Redis", "127.0.0.1", 6379)
     store = f"file://{tmp_path}/store" if request.param == "file" else None
-    world = Cluster(broker=REDIS_BROKER, tmp=tmp_path, store=store)
-    yield world
-    world.close()
+    yield from _cluster(broker=REDIS_BROKER, tmp=tmp_path, store=store)
+
+
+def _cluster(**options: Any) -> Iterator[Cluster]:
+    cluster = Cluster(**options)
+    yield cluster
+    cluster.close()
 
 
 def _store_spec(kind: str, tmp_path: Path) -> Iterator[Spec]:

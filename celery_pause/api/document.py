@@ -144,6 +144,8 @@ def status_json(
             "workers": len(status.workers),
             "paused": states.count(WORKER_PAUSED),
             "running_in_scope": sum(len(w.running) for w in status.workers),
+            "active": sum(w.active for w in status.workers),
+            "reserved": sum(w.reserved for w in status.workers),
             "held": sum(w.held for w in status.workers),
             "ramping": sum(w.ramping for w in status.workers),
             "not_guaranteed": sum(1 for w in status.workers if not w.guaranteed),

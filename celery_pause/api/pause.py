@@ -10,20 +10,19 @@ from datetime import datetime, timedelta
 from celery import Celery
 
 from ..control import notify_workers
-from ..errors import PauseTimeout
+from ..errors import InvalidInput, PauseTimeout
 from ..history import pause_entry, record
 from ..model.placing import Placing, place
 from ..model.report import WorkerReport
-from ..model.scope import Rule, Scope, Target
+from ..model.scope import Rule, Target
 from ..model.validation import (
     check_beat,
     check_operator,
-    check_queues,
     check_reason,
     check_resume,
+    check_scope,
     check_start,
-    check_tasks,
-    check_workers,
+    check_timeout,
 )
 from ..settings import config_for
 from ..stores import store_for
@@ -54,6 +53,7 @@ def pause(
     timeout: float = 30.0,
     progress: Progress | None = None,
     notify: bool = True,
+    strict: bool = False,
 ) -> PauseResult:
     """Pause the tasks of ``queues``, named ``tasks``, on ``workers``: a hold on that scope.
 
@@ -94,6 +94,8 @@ def pause(
             poll of the wait.
         notify: Broadcast ``pause_refresh``; with ``False`` the workers learn of the pause
             at their next poll (``pause_poll_interval``).
+        strict: Refuse, writing nothing, a task or worker name that matches no task the app
+            defines or no live worker (by default it is recorded with a warning).
 
     Returns:
         The recorded pause; with ``wait=True``, the workers that confirmed it.
@@ -106,9 +108,7 @@ def pause(
         StoreError: The store cannot be reached.
     """
     placing = Placing(
-        scope=Scope.of(
-            check_queues(queues), tasks=check_tasks(tasks), workers=check_workers(workers)
-        ),
+        scope=check_scope({"queues": queues, "tasks": tasks, "workers": workers}),
         reason=check_reason(reason),
         resume_at=check_resume(resume_after, resume_at),
         start_at=check_start(start_at),
@@ -116,7 +116,14 @@ def pause(
         by=check_operator(paused_by) or default_operator(),
         force=force,
     )
+    if wait:
+        timeout = check_timeout(timeout)
     store = store_for(app)
+    if strict:
+        ttl = config_for(app).worker_ttl
+        refused = unmatched(app, placing.scope.rule, store.live_reports(ttl, store.now()))
+        if refused:
+            raise InvalidInput("; ".join(refused) + " (--strict: nothing was recorded)")
     done = store.update(lambda state, now: place(state, now, placing))
     if notify:
         notify_workers(app)
@@ -128,8 +135,6 @@ def pause(
         placed.replaced,
         warnings=unmatched(app, placing.scope.rule, live),
     )
-    for warning in result.warnings:
-        logger.warning("celery-pause: %s", warning)
     record(app, pause_entry(result.hold, result.generation, placed.replaced))
     if not wait:
         return result
@@ -152,9 +157,14 @@ def confirmed(
 
 
 def unmatched(app: Celery, rule: Rule, live: Sequence[WorkerReport]) -> tuple[str, ...]:
-    """Warnings for task names and worker names of ``rule`` that match nothing known now."""
+    """Warnings for task names and worker names of ``rule`` that match nothing known now.
+
+    The app's task modules are imported first, as a worker imports them at start
+    (``imports``, ``include`` and ``autodiscover_tasks()``, Django's included): a process
+    that only pauses knows the tasks a worker would run.
+    """
     warnings = []
-    known = [name for name in app.tasks if not name.startswith("celery.")]
+    known = [name for name in registered_tasks(app) if not name.startswith("celery.")]
     for name in sorted(rule.tasks or ()):
         if not any(Rule(tasks=frozenset({name})).covers(Target(task=task)) for task in known):
             warnings.append(
@@ -169,3 +179,12 @@ def unmatched(app: Celery, rule: Rule, live: Sequence[WorkerReport]) -> tuple[st
                 "the hold is recorded and applies when such a worker starts"
             )
     return tuple(warnings)
+
+
+def registered_tasks(app: Celery) -> list[str]:
+    """The names of the tasks ``app`` defines, its task modules imported as a worker does."""
+    try:
+        app.loader.import_default_modules()
+    except Exception as exc:  # a task module that fails outside a worker: judge by what loaded
+        logger.warning("celery-pause: could not import the app's task modules: %r", exc)
+    return list(app.tasks)

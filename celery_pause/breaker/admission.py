@@ -9,7 +9,6 @@ the gate although their queue is paused.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -30,17 +29,19 @@ TRIAL_SCAN = 10
 class HeldRequests(Protocol):
     """The worker's gate, as the admission uses it."""
 
-    held: list[tuple[Request, float]]
-    admit: Callable[[Request], bool] | None
+    def held_requests(self) -> list[Request]:
+        """The held requests, in arrival order."""
 
-    def release(self) -> int: ...
+    def release(self) -> int:
+        """Pass on every held request no longer paused (or now admitted)."""
 
 
-class PausingWorker(Protocol):
-    """The worker's apply step, as the admission uses it."""
+class ConsumingWorker(Protocol):
+    """The worker's state, as the admission uses it."""
 
-    gate: HeldRequests
-    consumed: list[str] | None
+    @property
+    def consumed(self) -> tuple[str, ...]:
+        """The queues the worker consumes."""
 
 
 @dataclass
@@ -56,10 +57,20 @@ class Candidate:
 class TrialAdmission:
     """On the consumer loop: picks trial tasks and lets exactly those past the gate."""
 
-    def __init__(self, c: Consumer, pause_step: PausingWorker) -> None:
+    def __init__(self, c: Consumer, *, gate: HeldRequests, worker: ConsumingWorker) -> None:
+        """Parameters:
+        c: The worker's consumer (replaced after a reconnect).
+        gate: The worker's gate.
+        worker: The worker's state (which queues it consumes).
+        """
         self.consumer = c
-        self.pause_step = pause_step
+        self.gate = gate
+        self.worker = worker
         self.admitted: set[str] = set()
+
+    def consumed(self) -> tuple[str, ...]:
+        """The queues the worker consumes."""
+        return self.worker.consumed
 
     def admits(self, request: Request) -> bool:
         """The gate's hook: a trial passes although its queue is paused."""
@@ -78,7 +89,7 @@ class TrialAdmission:
         """Let ``candidate`` through the gate (loop thread)."""
         self.admitted.add(candidate.task_id)
         if candidate.message is None:
-            self.pause_step.gate.release()
+            self.gate.release()
             return
         c = self.consumer
         handler = getattr(c.task_consumer, "on_message", None) or c.create_task_handler()
@@ -95,7 +106,7 @@ class TrialAdmission:
 
     def _held(self, breaker: CircuitBreaker, period: int) -> Candidate | None:
         app = self.consumer.app
-        for request, _ in self.pause_step.gate.held:
+        for request in self.gate.held_requests():
             if request.id in self.admitted or not _uses(request.task, breaker):
                 continue
             if breaker.guards(queue_of(app, request)):
@@ -109,7 +120,7 @@ class TrialAdmission:
         app: Celery = c.app
         channel = c.task_consumer.channel
         accept = app.conf.accept_content
-        for name in self.pause_step.consumed or ():
+        for name in self.worker.consumed:
             if not breaker.guards(name) or name not in app.amqp.queues:
                 continue
             bound = app.amqp.queues[name].bind(channel)

@@ -169,7 +169,7 @@ class BreakerAgent(threading.Thread):
         consumes one of the breaker's queues."""
         if breaker.probe is not None:
             return True
-        consumed = self.admission.pause_step.consumed or ()
+        consumed = self.admission.consumed()
         return any(breaker.guards(name) for name in consumed)
 
     def begin(self, breaker: CircuitBreaker) -> bool:

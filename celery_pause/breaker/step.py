@@ -1,7 +1,9 @@
 """The consumer bootstep of the circuit breakers: starts the agent, wires the admission.
 
 It comes along with :class:`~celery_pause.PauseStep` and does nothing on a worker
-whose app has no task with a breaker.
+whose app has no task with a breaker. It reads what the apply step put on the
+consumer: the gate (``c.pause_gate``), the state (``c.pause_state``) and the store
+thread (``c.pause_sync``).
 """
 
 from __future__ import annotations
@@ -10,9 +12,9 @@ from typing import Any
 
 from celery import bootsteps
 from celery.worker.consumer import Consumer
-from celery.worker.consumer.tasks import Tasks
 
 from ..settings import config_for
+from ..worker.apply import ApplyStep
 from .admission import TrialAdmission
 from .agent import BreakerAgent
 from .circuit import breakers_of
@@ -23,28 +25,30 @@ class BreakerStep(bootsteps.StartStopStep):
 
     label = "celery-pause-breaker"
     # A class, not a name: Celery resolves names only for the steps it was given.
-    requires = (Tasks,)
+    requires = (ApplyStep,)
 
     def __init__(self, c: Consumer, **kwargs: Any) -> None:
         super().__init__(c, **kwargs)
         self.breakers = breakers_of(c.app)
         self.enabled = bool(self.breakers)
         self.agent: BreakerAgent | None = None
+        self.admission: TrialAdmission | None = None
+        if self.enabled:
+            self.admission = TrialAdmission(c, gate=c.pause_gate, worker=c.pause_state)
+            c.pause_gate.admit_with(self.admission.admits)
 
     def start(self, c: Consumer) -> None:
-        if self.agent is not None:
-            self.agent.admission.consumer = c  # a reconnect: same agent, new loop
+        if self.admission is None:
             return
-        # Every step's __init__ ran before any start: the apply step is in place.
-        pause_step = c.celery_pause
-        admission = TrialAdmission(c, pause_step)
-        pause_step.gate.admit = admission.admits
-        pause_step.serve_breakers(sorted(self.breakers))
+        if self.agent is not None:
+            return  # a reconnect: the same consumer, and the agent runs on
+        c.pause_state.serve_breakers(sorted(self.breakers))
+        c.pause_sync.publish_now()
         self.agent = BreakerAgent(
             app=c.app,
             hostname=c.hostname,
             breakers=list(self.breakers.values()),
-            admission=admission,
+            admission=self.admission,
             poll=config_for(c.app).poll_interval,
         )
         self.agent.start()

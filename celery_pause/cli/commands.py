@@ -129,7 +129,7 @@ def operator_errors(ctx: click.Context) -> Iterator[None]:
 # -- pause --------------------------------------------------------------------------------------
 PAUSE_OPTIONS = (
     "reason", "by", *NAMES, "resume_after", "resume_at", "start_at", "beat",
-    "force", "wait", "timeout",
+    "force", "strict", "wait", "timeout",
 )  # fmt: skip
 
 
@@ -164,6 +164,11 @@ PAUSE_OPTIONS = (
 )  # fmt: skip
 @click.option("--force", is_flag=True, help="Replace a manual pause already in place.")
 @click.option(
+    "--strict", is_flag=True,
+    help="Refuse (exit 2, nothing written) a --tasks or -d name that matches no task of this "
+    "app or no live worker; without it such a name is recorded with a warning.",
+)  # fmt: skip
+@click.option(
     "--wait", is_flag=True,
     help="Block until every live worker applied the pause and runs nothing in scope "
     "(a scheduled pause: from its start).",
@@ -184,6 +189,7 @@ def pause(
     start_at: datetime | None,
     beat: str | None,
     force: bool,
+    strict: bool,
     wait: bool,
     timeout: float,
     **scope: list[str] | None,
@@ -234,6 +240,7 @@ def pause(
                 start_at=start_at,
                 beat=beat,
                 force=force,
+                strict=strict,
                 wait=wait,
                 timeout=timeout,
                 progress=progress,

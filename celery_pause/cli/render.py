@@ -268,10 +268,10 @@ def workers_lines(status: ClusterStatus) -> list[str]:
     if not workers:
         return [f"Workers: none live (reports in {status.store})"]
     states = [w.state_for(generation) for w in workers]
-    running = sum(len(w.running) for w in workers)
+    in_scope = sum(len(w.running) for w in workers)
     head = f"Workers: {len(workers)} live"
     if status.paused:
-        head += f" ({states.count('paused')} paused, {running} running tasks in scope)"
+        head += f" ({states.count('paused')} paused, {in_scope} tasks running in scope)"
     lines = [head]
     host_width = max(len(w.hostname) for w in workers)
     state_width = max(len(s) for s in states)
@@ -279,11 +279,10 @@ def workers_lines(status: ClusterStatus) -> list[str]:
         parts = [report.hostname.ljust(host_width), state.ljust(state_width)]
         if report.status == APPLIED:
             parts.append(f"applied gen {report.generation}")
-            parts.append(f"running {len(report.running)}")
-            if report.running:
-                parts[-1] += f" ({tasks_text(report)})"
-            if report.held:
-                parts.append(f"held {report.held}")
+            parts.append(running_text(report, paused=bool(status.paused)))
+            prefetched = report.reserved - report.active
+            if prefetched > 0 or report.held:
+                parts.append(f"prefetched {max(prefetched, report.held)} ({report.held} held)")
             if report.ramping:
                 parts.append(f"waiting for ramp {report.ramping}")
         if report.pool and report.pool != "prefork":
@@ -294,6 +293,16 @@ def workers_lines(status: ClusterStatus) -> list[str]:
         if report.pool_problem:
             lines.append(f"  WARNING {report.hostname}: {report.pool_problem}")
     return lines
+
+
+def running_text(report: WorkerReport, *, paused: bool) -> str:
+    """``running 8``, or while something is paused ``running 8 (2 in scope: …)``: every task
+    the worker runs, and those of them a pause covers (they must finish for quiet)."""
+    in_scope = len(report.running)
+    text = f"running {max(report.active, in_scope)}"
+    if not paused:
+        return text
+    return text + (f" ({in_scope} in scope: {tasks_text(report)})" if in_scope else " (0 in scope)")
 
 
 def queues_line(status: ClusterStatus, depths: Depths) -> str:
@@ -309,8 +318,8 @@ def queues_line(status: ClusterStatus, depths: Depths) -> str:
             if status.paused.touches(Target(queue=name))
             else ""
         )
-        parts.append(f"{name} {count} waiting{mark}")
-    line = "Queues: " + "   ".join(parts)
+        parts.append(f"{name} {count}{mark}")
+    line = "Queues, waiting in the broker: " + "   ".join(parts)
     if any(waiting is None for waiting in depths.values()):
         line += "   (? = the broker cannot tell)"
     return line

@@ -21,8 +21,10 @@ logger = logging.getLogger(__name__)
 class Probes:
     """Answers the three paths from what the worker's monitor knows."""
 
-    def __init__(self, monitor: Observed) -> None:
+    def __init__(self, monitor: Observed, *, report_pause: bool = False) -> None:
         self.monitor = monitor
+        self.report_pause = report_pause
+        """Whether a fully paused worker stays ready, saying so (``pause_readyz_when_paused``)."""
 
     def __call__(self, request: Request) -> Response:
         if request.method not in ("GET", "HEAD"):
@@ -63,10 +65,11 @@ class Probes:
             )
         reason, by = view.hold_summary()
         return json_response(
-            503,
+            200 if self.report_pause else 503,
             {
                 **pool,
-                "ready": False,
+                "ready": self.report_pause,
+                "paused": True,
                 "reason": reason,
                 "paused_by": by or None,
                 "since": format_time(view.since) if view.since else None,
@@ -89,10 +92,13 @@ class Probes:
         return Response(200, body, content_type, (("Cache-Control", "no-store"),))
 
 
-def serve_probes(monitor: Observed, host: str, port: int) -> Server | None:
+def serve_probes(
+    monitor: Observed, host: str, port: int, *, report_pause: bool = False
+) -> Server | None:
     """Serve the probes on ``host:port``; log and return ``None`` if that fails."""
+    probes = Probes(monitor, report_pause=report_pause)
     try:
-        server = Server(wsgi_app(Probes(monitor)), host, port, name="celery-pause-http")
+        server = Server(wsgi_app(probes), host, port, name="celery-pause-http")
     except OSError as exc:
         logger.error(
             "celery-pause: cannot serve /healthz, /readyz and /metrics on %s:%s: %s; "

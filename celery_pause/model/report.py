@@ -38,6 +38,11 @@ class WorkerReport:
         """Whether this worker's pool holds every task of a paused scope."""
         return not self.pool_problem
 
+    active: int = 0
+    """Tasks running on the worker, in a paused scope or not."""
+    reserved: int = 0
+    """Tasks the worker received and has not finished: running, waiting for a pool slot,
+    and held by its gate (Celery's reserved requests)."""
     ramping: int = 0
     """Requests let through by the pause that wait for a ramped resume's rate."""
     as_of: float = 0.0
@@ -81,6 +86,8 @@ class WorkerReport:
                 }
                 for i, task_id in enumerate(self.running)
             ],
+            "active": self.active,
+            "reserved": self.reserved,
             "held": self.held,
             "ramping": self.ramping,
             "seen": self.seen,
@@ -116,6 +123,8 @@ class WorkerReport:
                 paused=None if paused is None else [str(q) for q in paused],
                 running=tuple(str(t) for t in data.get("running", ())),
                 held=int(data.get("held", 0)),
+                active=int(data.get("active", 0)),
+                reserved=int(data.get("reserved", 0)),
                 ramping=int(data.get("ramping", 0)),
                 seen=float(data["seen"]),
                 running_names=tuple(str(n) for n in data.get("running_names", ())),

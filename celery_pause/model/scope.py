@@ -88,7 +88,15 @@ class Rule:
     def covers(self, target: Target) -> bool:
         """Whether the rule covers ``target``; a coordinate left out means *every* value,
         which only a rule without that dimension covers."""
-        return all(self._matches(d, target.at(d)) for d in DIMENSIONS)
+        # On the gate's path for every request while something is paused: one pass over the
+        # dimensions this rule names, prepared once per rule.
+        for coordinate, names, patterns in self._checks:
+            value = getattr(target, coordinate)
+            if value is None:
+                return False
+            if value not in names and (patterns is None or patterns.match(value) is None):
+                return False
+        return True
 
     def touches(self, target: Target) -> bool:
         """Whether the rule covers *some* task at ``target`` (a coordinate left out: any)."""
@@ -140,6 +148,15 @@ class Rule:
         if self.workers is not None:
             parts.append("on " + _listed("worker", self.workers))
         return " ".join(parts)
+
+    @cached_property
+    def _checks(self) -> tuple[tuple[str, frozenset[str], re.Pattern[str] | None], ...]:
+        """Per dimension the rule names: the target's coordinate, the names, the patterns."""
+        return tuple(
+            (d.singular, names, self._patterns.get(d.name))
+            for d in DIMENSIONS
+            if (names := self.names(d)) is not None
+        )
 
     @cached_property
     def _patterns(self) -> dict[str, re.Pattern[str]]:

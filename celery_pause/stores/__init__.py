@@ -28,18 +28,27 @@ __all__ = (
 def open_store(config: PauseConfig) -> Store:
     """A new store for ``config``; raises :class:`ConfigurationError` for an unknown scheme,
     a URL the store cannot use, or a store class that breaks the contract."""
-    url = config.store_url
+    url, setting = config.store_url, config.store_setting
     alias = alias_for(url)
-    if alias is None:
+    if config.store_from_broker and (alias is None or not alias.broker):
+        scheme = url.partition("://")[0]
         raise ConfigurationError(
-            f"pause_store_url {display(url)!r} has an unknown scheme; use {SCHEMES}"
+            f"celery-pause needs a store: set {setting} (redis://…, db+postgresql+psycopg://…, "
+            "file:///dir, …); only a Redis (or Sentinel) broker doubles as the store, and this "
+            f"broker is {scheme or 'unset'!r}"
         )
-    if alias.requires and importlib.util.find_spec(alias.requires) is None:
-        raise bad_url(url, f"needs {alias.install}")
-    store_class = load_store_class(alias)
-    return store_class.open(
-        url, config.key_prefix, timeout=config.store_timeout, options=config.store_options
-    )
+    if alias is None:
+        raise ConfigurationError(f"{setting} {display(url)!r} has an unknown scheme; use {SCHEMES}")
+    try:
+        if alias.requires and importlib.util.find_spec(alias.requires) is None:
+            raise bad_url(url, f"needs {alias.install}")
+        store_class = load_store_class(alias)
+        return store_class.open(
+            url, config.key_prefix, timeout=config.store_timeout, options=config.store_options
+        )
+    except ConfigurationError as exc:
+        # Stores name the setting as Celery does; say it as the app's configuration does.
+        raise ConfigurationError(str(exc).replace("pause_store_url", setting, 1)) from None
 
 
 def load_store_class(alias: Alias) -> type[Store]:

@@ -11,7 +11,7 @@ worker-scoped hold) goes back to the broker at once, for other workers to run.
 
 On pools that start tasks in the worker process (threads, gevent, eventlet) the
 pool asks the gate once more at the moment it would start a task
-(:meth:`Gate.starts`, from a pool thread or greenlet); ``held`` and ``scope``
+(:meth:`Gate.starts`, from a pool thread or greenlet); what it holds and its scope
 change under one lock, so a task either starts before a pause closes the gate
 (and is reported running) or is held. (On gevent and eventlet, where greenlets
 switch only where they block, an open gate's check takes no lock.)
@@ -31,18 +31,21 @@ import weakref
 from bisect import insort
 from collections import Counter
 from collections.abc import Callable, Iterable
+from dataclasses import replace
 from typing import Any
 
 from celery.worker import state as worker_state
 from celery.worker.request import Request
 
-from ..model.ramp import Share
+from ..model.ramp import Ramp, Share, phase_of
 from ..model.scope import NOTHING, Scope, Target
-from .view import GateCounters
+from .view import GateCounters, GateFigures, InFlight
 
 logger = logging.getLogger(__name__)
 
 QueueOf = Callable[[Request], str]
+Admits = Callable[[Request], bool]
+"""A policy that lets a request of a paused scope pass (a circuit breaker's trials)."""
 
 
 class Gate:
@@ -57,48 +60,71 @@ class Gate:
         qos: Callable[[], Any] = lambda: None,
         start_check: bool = False,
         greenlets: bool = False,
+        clock: Callable[[], float] = time.time,
+        on_wait: Callable[[], None] = lambda: None,
     ) -> None:
+        """Wrap ``handler``, the consumer's task handler.
+
+        Parameters:
+            handler: The consumer's task handler the gate wraps.
+            queue_of: The queue a request came from.
+            hostname: The worker's name (for worker-scoped holds).
+            qos: The consumer's current prefetch controller (kombu ``QoS``), or ``None``.
+            start_check: Whether the pool asks :meth:`starts` before each task (then only
+                the requests it let start count as running).
+            greenlets: Whether the worker's threads are greenlets (``PoolSupport.greenlets``).
+            clock: The store's clock, as this worker estimates it.
+            on_wait: Called when a request starts waiting for its ramp and none waited before.
+        """
         self._handler = handler
         self._queue_of = queue_of
         self.hostname = hostname
         self._qos = qos
-        """The consumer's current prefetch controller (kombu ``QoS``), or ``None``."""
         self._lock = threading.Lock()
         self._scope: Scope = NOTHING
-        self.held: list[tuple[Request, float]] = []
+        self._held: list[tuple[Request, float]] = []
         self.counters = GateCounters()
-        self.admit: Callable[[Request], bool] | None = None
-        """Hook: requests it returns true for pass although their queue is paused
-        (a circuit breaker's trial tasks)."""
+        self._admits: Admits | None = None
         self.start_check = start_check
-        """Whether the pool asks :meth:`starts` before each task: then only the
-        requests it let start count as running."""
         self.greenlets = greenlets
-        """Whether every thread of the worker is a greenlet (see ``PoolSupport.greenlets``)."""
         self._started: weakref.WeakSet[Request] = weakref.WeakSet()
-        self.ramps: tuple[Share, ...] = ()
+        self._phase = phase_of(hostname)
+        self._shares: tuple[Share, ...] = ()
         """This worker's shares of the ramped resumes in force (set on the consumer loop)."""
-        self.waiting: list[tuple[Request, float]] = []
+        self._waiting: list[tuple[Request, float]] = []
         """Requests let through by the pause, waiting for their ramp, in arrival order."""
-        self.clock: Callable[[], float] = time.time
-        """The store's clock, as this worker estimates it."""
-        self.on_wait: Callable[[], None] = lambda: None
-        """Called when a request starts waiting for its ramp and none waited before."""
+        self.clock = clock
+        self._on_wait = on_wait
 
     @property
     def scope(self) -> Scope:
         """What the gate holds."""
         return self._scope
 
-    @scope.setter
-    def scope(self, scope: Scope) -> None:
+    def hold_to(self, scope: Scope, ramps: Iterable[Ramp] = ()) -> None:
+        """Hold exactly ``scope`` from now on, and pace the starts of ``ramps`` (on the
+        consumer loop; on green pools also the store greenlet).
+
+        A ramp's share is kept across calls, so a re-read does not restart it.
+        """
         with self._lock:
             self._scope = scope
+        shares = {share.ramp.id: share for share in self._shares}
+        self._shares = tuple(shares.get(r.id) or Share(r, self._phase) for r in ramps)
+
+    def close(self, scope: Scope) -> None:
+        """Also hold ``scope`` from now on (from any thread: only the loop opens the gate)."""
+        with self._lock:
+            self._scope = self._scope | scope
+
+    def admit_with(self, admits: Admits) -> None:
+        """Let requests ``admits`` returns true for pass although their scope is paused."""
+        self._admits = admits
 
     def __call__(self, request: Request) -> Any:
         # On the consumer loop, where alone a scope opens (on green pools also the store
         # greenlet, but greenlets switch only where they block): no lock needed to decide.
-        if not (self._scope.rules or self.ramps):  # every task passes this way: keep it short
+        if not (self._scope.rules or self._shares):  # every task passes this way: keep it short
             return self._handler(request)
         if self.blocks(request):
             if self.drains(request):
@@ -113,25 +139,25 @@ class Gate:
 
     def _waits(self, request: Request, since: float) -> bool:
         """Whether ``request`` must wait for its ramp (it then waits in the gate)."""
-        if not self.ramps or (not self.waiting and self._ramp_allows(request)):
+        if not self._shares or (not self._waiting and self._ramp_allows(request)):
             return False
-        self.waiting.append((request, since))
-        if len(self.waiting) == 1:
-            self.on_wait()
+        self._waiting.append((request, since))
+        if len(self._waiting) == 1:
+            self._on_wait()
         return True
 
     def _ramp_allows(self, request: Request) -> bool:
         """Whether every ramp covering ``request`` lets one more task start now."""
         target, now = self.target(request), self.clock()
-        shares = [s for s in self.ramps if s.ramp.scope.covers(target)]
+        shares = [s for s in self._shares if s.ramp.scope.covers(target)]
         return all([share.take(now) for share in shares])
 
     def pump(self) -> int:
         """On the consumer loop: start the waiting requests their ramps allow now, in
         arrival order; hold those a pause has closed the gate on since."""
         now = self.clock()
-        self.ramps = tuple(share for share in self.ramps if share.ramp.live(now))
-        waiting, self.waiting = self.waiting, []
+        self._shares = tuple(share for share in self._shares if share.ramp.live(now))
+        waiting, self._waiting = self._waiting, []
         starting, drained = [], []
         with self._lock:
             for request, since in waiting:
@@ -143,7 +169,7 @@ class Gate:
                 elif self._ramp_allows(request):
                     starting.append(request)
                 else:
-                    self.waiting.append((request, since))
+                    self._waiting.append((request, since))
         self._return(drained)
         for request in starting:
             self._handler(request)
@@ -152,16 +178,16 @@ class Gate:
 
     def next_ramp_start(self) -> float | None:
         """Store time the next waiting request may start, if any waits."""
-        if not self.waiting:
+        if not self._waiting:
             return None
-        return min((share.next_start() for share in self.ramps), default=self.clock())
+        return min((share.next_start() for share in self._shares), default=self.clock())
 
     def _hold(self, request: Request, since: float | None = None) -> None:
         """Hold ``request`` (under the lock) in arrival order; ``since`` when held before."""
         if since is None:
             since = time.monotonic()
             self.counters.held += 1
-        insort(self.held, (request, since), key=_since)
+        insort(self._held, (request, since), key=_since)
         qos = self._qos()
         if qos is not None:
             qos.increment_eventually()
@@ -203,7 +229,7 @@ class Gate:
         scope = self._scope
         if not (scope and scope.covers(self.target(request))):
             return False
-        return self.admit is None or not self.admit(request)
+        return self._admits is None or not self._admits(request)
 
     def drains(self, request: Request) -> bool:
         """Whether this worker is taken off the request's queue by a worker-scoped hold."""
@@ -212,16 +238,37 @@ class Gate:
     def return_drained(self) -> int:
         """Return to the broker every held request of a queue this worker is drained from."""
         with self._lock:
-            drained = [req for req, _ in self.held if self.drains(req)]
+            drained = [req for req, _ in self._held if self.drains(req)]
             if drained:
-                self.held = [(req, since) for req, since in self.held if not self.drains(req)]
+                self._held = [(req, since) for req, since in self._held if not self.drains(req)]
                 self._unhold(len(drained))
         self._return(drained)
         return len(drained)
 
-    def held_by_task(self) -> dict[str, int]:
-        """How many requests the gate holds, per task name."""
-        return dict(Counter(req.name for req, _ in list(self.held)))
+    def holding(self) -> int:
+        """How many requests the gate holds."""
+        return len(self._held)
+
+    def held_requests(self) -> list[Request]:
+        """The held requests, in arrival order (a copy)."""
+        return [req for req, _ in list(self._held)]
+
+    def figures(self) -> GateFigures:
+        """What the gate holds and did (how many held, since when, by task; how many
+        wait for a ramp), taken at once."""
+        with self._lock:
+            held = list(self._held)
+            waiting = len(self._waiting)
+            scope = self._scope
+        return GateFigures(
+            scope=scope,
+            held=len(held),
+            waiting=waiting,
+            oldest=held[0][1] if held else None,
+            held_by_task=dict(Counter(req.name for req, _ in held)),
+            counters=replace(self.counters),
+            next_ramp_start=self.next_ramp_start(),
+        )
 
     def take_waiters(self, semaphore: Any) -> int:
         """Move requests of paused queues waiting for a pool slot into the gate.
@@ -257,10 +304,10 @@ class Gate:
         delivers it again.
         """
         with self._lock:
-            ready = [(req, since) for req, since in self.held if not self.blocks(req)]
+            ready = [(req, since) for req, since in self._held if not self.blocks(req)]
             if not ready:
                 return 0
-            self.held = [(req, since) for req, since in self.held if self.blocks(req)]
+            self._held = [(req, since) for req, since in self._held if self.blocks(req)]
             self._unhold(len(ready))
         passed = 0
         for request, since in ready:
@@ -282,24 +329,24 @@ class Gate:
         """Return to the broker every request held longer than ``max_hold`` seconds."""
         deadline = time.monotonic() - max_hold
         with self._lock:
-            expired = [req for req, since in self.held if since <= deadline]
+            expired = [req for req, since in self._held if since <= deadline]
             if expired:
-                self.held = [(req, since) for req, since in self.held if since > deadline]
+                self._held = [(req, since) for req, since in self._held if since > deadline]
                 self._unhold(len(expired))
-            waited = [req for req, since in self.waiting if since <= deadline]
+            waited = [req for req, since in self._waiting if since <= deadline]
             if waited:
-                self.waiting = [(req, since) for req, since in self.waiting if since > deadline]
+                self._waiting = [(req, since) for req, since in self._waiting if since > deadline]
         self._return(expired + waited)
         return len(expired) + len(waited)
 
     def return_all(self) -> int:
         """Return every held request to the broker (warm shutdown)."""
         with self._lock:
-            requests = [req for req, _ in self.held]
-            self.held = []
+            requests = [req for req, _ in self._held]
+            self._held = []
             self._unhold(len(requests))
-            requests += [req for req, _ in self.waiting]
-            self.waiting = []
+            requests += [req for req, _ in self._waiting]
+            self._waiting = []
         self._return(requests)
         return len(requests)
 
@@ -318,17 +365,15 @@ class Gate:
 
     def running(self, scope: Scope) -> list[str]:
         """Ids of reserved requests in ``scope`` that the gate does not hold."""
-        return [task_id for task_id, _ in self.running_tasks(scope)]
+        return [task.id for task in self.in_flight() if task.within(scope)] if scope else []
 
-    def running_tasks(self, scope: Scope) -> list[tuple[str, str]]:
-        """``(id, task name)`` of requests in ``scope`` that may be running.
+    def in_flight(self) -> tuple[InFlight, ...]:
+        """The requests that may be running, by id.
 
         Every reserved request the gate does not hold; with the start check, only
         those the pool was let start: the others will ask before they start.
         """
-        if not scope:
-            return []
-        held = {id(req) for req, _ in list(self.held) + list(self.waiting)}
+        held = {id(req) for req, _ in list(self._held) + list(self._waiting)}
         for _ in range(5):
             try:
                 reserved = tuple(worker_state.reserved_requests)
@@ -336,15 +381,18 @@ class Gate:
             except RuntimeError:  # the loop thread changed the set while we copied it
                 continue
         else:
-            return [("<unknown>", "<unknown>")]
-        return sorted(
-            (req.id, req.name)
+            return (InFlight("<unknown>", "<unknown>", None),)
+        tasks = [
+            InFlight(req.id, req.name, self.target(req))
             for req in reserved
-            if id(req) not in held
-            and (not self.start_check or req in self._started)
-            and scope.covers(self.target(req))
-        )
+            if id(req) not in held and (not self.start_check or req in self._started)
+        ]
+        return tuple(sorted(tasks, key=_by_id))
 
 
 def _since(entry: tuple[Request, float]) -> float:
     return entry[1]
+
+
+def _by_id(task: InFlight) -> tuple[str, str]:
+    return task.id, task.name

@@ -1,11 +1,12 @@
 """What one worker knows about its pause, for probes, metrics, events and warnings.
 
 :class:`MonitorStep` comes along with :class:`~celery_pause.PauseStep`. It
-listens to the :mod:`~celery_pause.signals` the apply step sends, turns each
+reads the apply step's :class:`~.state.WorkerState` (``c.pause_state``), listens to
+the :mod:`~celery_pause.signals` the apply step sends, turns each
 change into a Celery event (``worker-paused`` / ``worker-resumed``), counts
 transitions, and warns at a bounded rate while a pause lasts longer than
 ``pause_warn_after``. Its :class:`~celery_pause.worker.view.WorkerView` is what the
-HTTP endpoint serves.
+HTTP endpoint serves (``c.pause_monitor``).
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 from celery import bootsteps
@@ -23,11 +24,13 @@ from celery.worker.consumer.events import Events
 
 from .. import signals
 from ..model.formatting import format_duration, format_time
-from ..model.scope import NOTHING, Scope
+from ..model.scope import Scope
 from ..model.state import Hold
 from ..settings import PauseConfig, config_for
 from .apply import ApplyStep
-from .view import GateCounters, WorkerView, breakers_in
+from .snapshot import WorkerSnapshot
+from .state import WorkerState
+from .view import WorkerView, breakers_in
 
 logger = logging.getLogger(__name__)
 
@@ -43,6 +46,7 @@ class Monitor:
 
     consumer: Consumer
     config: PauseConfig
+    state: WorkerState
     connected: bool = False
     stopped: bool = False
     transitions: dict[str, int] = field(default_factory=lambda: {"pause": 0, "resume": 0})
@@ -55,10 +59,6 @@ class Monitor:
         self._lock = threading.Lock()
         signals.worker_paused.connect(self.on_change, weak=False)
         signals.worker_resumed.connect(self.on_change, weak=False)
-
-    @property
-    def step(self) -> ApplyStep | None:
-        return getattr(self.consumer, "celery_pause", None)
 
     def close(self) -> None:
         signals.worker_paused.disconnect(self.on_change)
@@ -109,10 +109,12 @@ class Monitor:
         """Every second on the loop: prove it runs, and warn about a long pause."""
         self.last_tick = time.monotonic()
         warn_after = self.config.warn_after
-        step = self.step
-        if warn_after is None or step is None or not step.gate.scope:
+        if warn_after is None:
+            return
+        snapshot = self.state.snapshot(tasks=False)
+        if not snapshot.gate.scope:
             return  # nothing is held: nothing to warn about
-        view = self.view()
+        view = self._view(snapshot)
         if not view.paused or view.paused_seconds < warn_after:
             return
         if self.warned_at is not None and self.last_tick - self.warned_at < self.config.warn_every:
@@ -133,45 +135,22 @@ class Monitor:
     # -- from any thread ----------------------------------------------------------------
     def view(self) -> WorkerView:
         """What the worker's pause looks like now."""
-        now = time.time()
-        step = self.step
-        applied = step.applied if step is not None else None
-        generation, scope = applied if applied is not None else (-1, NOTHING)
-        holds = tuple(h for h in step.holds if h.live(now)) if step is not None else ()
-        scheduled = tuple(step.scheduled) if step is not None else ()
-        consumed = tuple(step.consumed or ()) if step is not None else ()
+        return self._view(self.state.snapshot(tasks=False))
+
+    def _view(self, snapshot: WorkerSnapshot) -> WorkerView:
         with self._lock:
             transitions = dict(self.transitions)
             paused_at = self.paused_at
             seen = set(self.breakers_seen)
-        open_breakers = breakers_in(holds)
-        view = WorkerView(
-            hostname=self.consumer.hostname,
-            now=now,
+        return snapshot.view(
+            now=time.time(),
             connected=self.connected and not self.stopped,
-            applied=applied is not None,
-            generation=generation,
-            scope=scope,
-            consumed=consumed,
-            holds=holds,
-            scheduled=scheduled,
-            since=None,
-            held=len(step.gate.held) if step is not None else 0,
-            counters=step.counters if step is not None else GateCounters(),
-            held_by_task=step.gate.held_by_task() if step is not None else {},
             transitions=transitions,
-            breakers={name: name in open_breakers for name in sorted(seen | open_breakers)},
-            store_ok=step.store_ok if step is not None else False,
+            breakers_seen=seen,
+            paused_at=paused_at,
             loop_idle=time.monotonic() - self.last_tick,
             busy=bool(worker_state.active_requests),
-            pool=step.pool.name if step is not None else "",
-            pool_problem=step.pool.problem if step is not None else "",
-            ramps=tuple(r for r in step.ramps if r.live(now)) if step is not None else (),
-            ramping=len(step.gate.waiting) if step is not None else 0,
         )
-        starts = [h.began for h in view.relevant_holds() if h.began]
-        since = min(starts) if starts else paused_at
-        return replace(view, since=since if view.paused else None)
 
     def liveness(self) -> tuple[bool, str]:
         """Whether the worker is alive (paused or not), and why not."""
@@ -188,14 +167,15 @@ class MonitorStep(bootsteps.StartStopStep):
     """Events and long-pause warnings for the apply step; the picture the probes serve."""
 
     label = "celery-pause-monitor"
-    # A class, not a name: Celery resolves names only for the steps it was given.
-    requires = (Events,)
+    # Classes, not names: Celery resolves names only for the steps it was given.
+    # It reads c.event_dispatcher (Events) and c.pause_state (ApplyStep).
+    requires = (Events, ApplyStep)
 
     def __init__(self, c: Consumer, **kwargs: Any) -> None:
         super().__init__(c, **kwargs)
         self.config = config_for(c.app)
-        self.monitor = Monitor(consumer=c, config=self.config)
-        c.celery_pause_monitor = self.monitor
+        self.monitor = Monitor(consumer=c, config=self.config, state=c.pause_state)
+        c.pause_monitor = self.monitor
         self._tick: Any = None
 
     def start(self, c: Consumer) -> None:

@@ -154,7 +154,7 @@ def shorten_synloop_wait(c: Consumer, support: PoolSupport, wait: float) -> None
     ``connection.drain_events(timeout=2.0)`` calls, so an idle worker would apply a
     change up to 2 s late; it waits for the broker in slices of ``wait``
     (``pause_green_loop_wait``) instead. Held tasks do not wait for it: the store
-    greenlet hands them on (see ``ApplyStep._deliver``). ``c.connection`` is a new
+    greenlet hands them on (see ``ApplyStep.deliver``). ``c.connection`` is a new
     object after every reconnect.
     """
     connection = getattr(c, "connection", None)

@@ -12,20 +12,18 @@ while tasks in a paused scope are still running, and as a heartbeat.
 from __future__ import annotations
 
 import logging
-import os
 import threading
 import time
-from collections.abc import Callable
+from dataclasses import dataclass, replace
+from typing import Protocol
 
 from ..errors import StoreError
 from ..logs import ThrottledLog
-from ..model.report import APPLIED, STARTING, WorkerReport
 from ..model.scope import Scope
 from ..model.windows import with_windows
 from ..settings import PauseConfig
 from ..stores import Snapshot, Store
-from .gate import Gate
-from .pools import PoolSupport
+from .snapshot import WorkerSnapshot
 
 logger = logging.getLogger(__name__)
 
@@ -35,43 +33,60 @@ RAMP_TICK = 0.005
 """Fewest seconds between two hand-overs of ramped tasks to the consumer loop."""
 
 
+class Followed(Protocol):
+    """The worker, as its store thread sees it."""
+
+    def snapshot(self) -> WorkerSnapshot:
+        """What the worker has applied and read, and what its gate holds, now."""
+
+    def deliver(self, snapshot: Snapshot) -> None:
+        """Apply the state read (with the windows in force)."""
+
+    def store_failed(self) -> None:
+        """A read or a report failed: the worker keeps the last known state."""
+
+    def return_expired(self) -> None:
+        """Have the requests held longer than ``pause_max_hold`` returned to the broker."""
+
+    def pump(self) -> None:
+        """Have the tasks the ramps allow by now started."""
+
+
+@dataclass(frozen=True)
+class Published:
+    """What the last report said that a new one must say at once when it changes."""
+
+    generation: int
+    scope: Scope
+    running: tuple[str, ...]
+    held: int
+    ramping: int
+    breakers: tuple[str, ...]
+
+
 class StoreSync(threading.Thread):
     """Keeps one worker in step with the store."""
 
-    def __init__(
-        self,
-        *,
-        store: Store,
-        config: PauseConfig,
-        hostname: str,
-        pool: PoolSupport,
-        gate: Gate,
-        applied: Callable[[], tuple[int, Scope] | None],
-        as_of: Callable[[], float],
-        breakers: Callable[[], tuple[str, ...]],
-        deliver: Callable[[Snapshot], None],
-        return_expired: Callable[[], None],
-        pump: Callable[[], None],
-    ) -> None:
+    def __init__(self, *, store: Store, config: PauseConfig, worker: Followed) -> None:
+        """A store thread for ``worker``, not started yet.
+
+        Parameters:
+            store: The pause store.
+            config: The app's pause settings.
+            worker: The worker it keeps in step.
+        """
         super().__init__(name="celery-pause-sync", daemon=True)
         self.store = store
         self.config = config
-        self.hostname = hostname
-        self.pool = pool
-        self.gate = gate
-        self._applied = applied
-        self._as_of = as_of
-        self._breakers = breakers
-        self._deliver = deliver
-        self._return_expired = return_expired
-        self._pump = pump
+        self.worker = worker
         self._wake = threading.Event()
         self._stopping = threading.Event()
         self._read_requested = True
-        self._published: tuple[object, ...] | None = None
+        self._published: Published | None = None
         self._next_heartbeat = 0.0
         self._errors = ThrottledLog(logger)
-        self.store_ok = True
+        self._failing = False
+        """Whether the last store operation failed (for the log line when it works again)."""
         self.next_change: float | None = None
         """Store time of the next start or end of a hold, read again exactly then."""
         self._change_local = 0.0
@@ -96,7 +111,9 @@ class StoreSync(threading.Thread):
     def read_once(self) -> Snapshot | None:
         """Register as starting, then read the state; ``None`` if the store is unreachable."""
         try:
-            self.store.put_worker(self._report(STARTING, -1, None, ()))
+            self.store.put_worker(
+                self.worker.snapshot().report(seen=self.store.now(), starting=True)
+            )
             return self._in_force(self.store.read())
         except StoreError as exc:
             self._log_store_error(exc)
@@ -111,10 +128,11 @@ class StoreSync(threading.Thread):
                     self._read_requested = False
                     self._read()
                     next_read = time.monotonic() + self._read_interval()
-                self._publish()
-                self._maybe_return_expired()
-                self._maybe_pump()
-                timeout = self._timeout(next_read)
+                self._publish(self.worker.snapshot())
+                snapshot = self.worker.snapshot()
+                self._maybe_return_expired(snapshot)
+                self._maybe_pump(snapshot)
+                timeout = self._timeout(snapshot, next_read)
             except Exception:
                 # A bug must not end the thread: the worker would stop following the store.
                 logger.exception("celery-pause: the store thread failed; retrying")
@@ -134,15 +152,15 @@ class StoreSync(threading.Thread):
         except StoreError as exc:
             self._log_store_error(exc)
             return
-        if not self.store_ok:
+        if self._failing:
             logger.warning("celery-pause: store %s is reachable again", self.store.display_url)
-        self.store_ok = True
+        self._failing = False
         crossed = self.next_change is not None and snapshot.now >= self.next_change
         self.next_change = snapshot.state.next_change(snapshot.now)
         self._change_local = time.monotonic() + (
             self.next_change - snapshot.now if self.next_change is not None else 0
         )
-        self._deliver(snapshot)
+        self.worker.deliver(snapshot)
         if crossed:
             self._published = None  # a hold started or ended: say so at once
 
@@ -152,85 +170,57 @@ class StoreSync(threading.Thread):
             interval = min(interval, max(self._change_local - time.monotonic(), 0.0) + 0.001)
         return interval
 
-    def _timeout(self, next_read: float) -> float:
+    def _timeout(self, snapshot: WorkerSnapshot, next_read: float) -> float:
         now = time.monotonic()
         timeout = min(next_read, self._next_heartbeat) - now
-        applied = self._applied()
+        enforced = snapshot.enforced
         # Also while the last report still names running tasks: they may have ended
         # while it was being written, and the next report must say so at once.
-        reported_running = self._published is not None and bool(self._published[2])
-        if applied is not None and (reported_running or self.gate.running(applied[1])):
+        reported_running = self._published is not None and bool(self._published.running)
+        if enforced is not None and (reported_running or snapshot.running(enforced.scope)):
             timeout = min(timeout, DRAIN_CHECK)
-        ramp_start = self.gate.next_ramp_start()
+        ramp_start = snapshot.gate.next_ramp_start
         if ramp_start is not None:
-            timeout = min(timeout, max(ramp_start - self.gate.clock(), RAMP_TICK))
-        held = self.gate.held  # the loop replaces the list, pool threads add to it
-        if held:
-            oldest = held[0][1]
+            timeout = min(timeout, max(ramp_start - snapshot.store_now, RAMP_TICK))
+        oldest = snapshot.gate.oldest
+        if oldest is not None:
             timeout = min(timeout, max(oldest + self.config.max_hold - now, DRAIN_CHECK))
         return timeout
 
-    def _publish(self) -> None:
-        applied = self._applied()
-        if applied is None:
+    def _publish(self, snapshot: WorkerSnapshot) -> None:
+        enforced = snapshot.enforced
+        if enforced is None:
             return
-        generation, scope = applied
-        tasks = self.gate.running_tasks(scope)
-        running = tuple(task_id for task_id, _ in tasks)
-        key = (
-            generation,
-            scope,
-            running,
-            len(self.gate.held),
-            len(self.gate.waiting),
-            self._breakers(),
+        report = snapshot.report(seen=0.0)
+        key = Published(
+            report.generation,
+            enforced.scope,
+            report.running,
+            report.held,
+            report.ramping,
+            report.breakers,
         )
         if key == self._published and time.monotonic() < self._next_heartbeat:
             return
-        names = tuple(name for _, name in tasks)
         try:
-            self.store.put_worker(self._report(APPLIED, generation, scope.names(), running, names))
+            self.store.put_worker(replace(report, seen=self.store.now()))
         except StoreError as exc:
             self._log_store_error(exc)
             return
         self._published = key
         self._next_heartbeat = time.monotonic() + self.config.worker_ttl / 3
 
-    def _maybe_return_expired(self) -> None:
-        held = self.gate.held
-        if held and held[0][1] + self.config.max_hold <= time.monotonic():
-            self._return_expired()
+    def _maybe_return_expired(self, snapshot: WorkerSnapshot) -> None:
+        oldest = snapshot.gate.oldest
+        if oldest is not None and oldest + self.config.max_hold <= time.monotonic():
+            self.worker.return_expired()
 
-    def _maybe_pump(self) -> None:
-        ramp_start = self.gate.next_ramp_start()
-        if ramp_start is not None and ramp_start <= self.gate.clock():
-            self._pump()
-
-    def _report(
-        self,
-        status: str,
-        generation: int,
-        paused: list[str] | None,
-        running: tuple[str, ...],
-        names: tuple[str, ...] = (),
-    ) -> WorkerReport:
-        return WorkerReport(
-            hostname=self.hostname,
-            pid=os.getpid(),
-            status=status,
-            generation=generation,
-            paused=paused,
-            running=running,
-            held=len(self.gate.held),
-            ramping=len(self.gate.waiting),
-            seen=self.store.now(),
-            running_names=names,
-            breakers=self._breakers(),
-            pool=self.pool.name,
-            pool_problem=self.pool.problem,
-            as_of=self._as_of(),
-        )
+    def _maybe_pump(self, snapshot: WorkerSnapshot) -> None:
+        ramp_start = snapshot.gate.next_ramp_start
+        if ramp_start is not None and ramp_start <= snapshot.store_now:
+            self.worker.pump()
 
     def _log_store_error(self, exc: StoreError) -> None:
-        self.store_ok = False
+        self._failing = True
+        self.worker.store_failed()
         self._errors.error("celery-pause: %s; keeping the last known pause state, retrying", exc)

@@ -20,6 +20,38 @@ class GateCounters:
 
 
 @dataclass(frozen=True)
+class InFlight:
+    """A reserved request the gate does not hold: it may be running."""
+
+    id: str
+    name: str
+    target: Target | None
+    """Where it stands; ``None`` when the reserved requests could not be read (then it
+    stands for every request, in every scope)."""
+
+    def within(self, scope: Scope) -> bool:
+        """Whether it is in ``scope`` (not empty)."""
+        return bool(scope) and (self.target is None or scope.covers(self.target))
+
+
+@dataclass(frozen=True)
+class GateFigures:
+    """What the gate holds and did, at one moment."""
+
+    scope: Scope
+    """What the gate holds to."""
+    held: int
+    waiting: int
+    """Requests waiting for their ramp."""
+    oldest: float | None
+    """``time.monotonic()`` since which the oldest held request is held."""
+    held_by_task: dict[str, int]
+    counters: GateCounters
+    next_ramp_start: float | None
+    """Store time the next waiting request may start, if any waits."""
+
+
+@dataclass(frozen=True)
 class WorkerView:
     """A consistent picture of one worker's pause, taken at ``now`` (local clock)."""
 

@@ -46,7 +46,7 @@ STORE_DB = 1
 
 
 @dataclass
-class Window:
+class AcknowledgedPause:
     """An acknowledged pause of a queue: from ``pause(wait=True)`` returning to the resume call."""
 
     queue: str
@@ -65,7 +65,7 @@ def server() -> Iterator[RedisServer]:
 
 
 @pytest.fixture(params=["redis", "amqp"])
-def cluster(
+def chaos_cluster(
     request: pytest.FixtureRequest, server: RedisServer, tmp_path: Path
 ) -> Iterator[Cluster]:
     broker_conf: dict[str, Any] = {
@@ -79,15 +79,15 @@ def cluster(
     if request.param == "amqp":
         require("RabbitMQ", "127.0.0.1", 5672)
         broker_conf = {"broker": AMQP_BROKER}
-    world = Cluster(
+    cluster = Cluster(
         store=server.url(STORE_DB),
         tmp=tmp_path,
         poll_interval=1.0,
         task_acks_late=True,
         **broker_conf,
     )
-    yield world
-    world.close()
+    yield cluster
+    cluster.close()
 
 
 class Chaos:
@@ -100,8 +100,8 @@ class Chaos:
         self.queues = [cluster.queue(f"q{i}") for i in range(4)]
         self.workers: list[Worker] = []
         self.holds: list[Scope] = []
-        self.open: dict[str, Window] = {}
-        self.windows: list[Window] = []
+        self.open: dict[str, AcknowledgedPause] = {}
+        self.windows: list[AcknowledgedPause] = []
         self.sent: list[str] = []
         self.killed: dict[int, float] = {}  # pid: when it was killed
         self.counts: Counter[str] = Counter()
@@ -137,7 +137,7 @@ class Chaos:
         if acknowledged is not None:
             for queue in self.queues:
                 if scope.covers(Target(queue=queue)) and queue not in self.open:
-                    self.open[queue] = Window(queue, acknowledged)
+                    self.open[queue] = AcknowledgedPause(queue, acknowledged)
         self.check_status()
 
     def resume(self, queues: list[str] | None, *, force: bool = False) -> None:
@@ -246,17 +246,17 @@ def start_worker(cluster: Cluster, index: int, queues: list[str]) -> Worker:
 
 
 def test_pauses_hold_under_chaos(
-    cluster: Cluster, server: RedisServer, capsys: pytest.CaptureFixture[str]
+    chaos_cluster: Cluster, server: RedisServer, capsys: pytest.CaptureFixture[str]
 ) -> None:
     with capsys.disabled():
-        broker = cluster.broker.split(":", 1)[0]  # the scheme only: the URL has a password
+        broker = chaos_cluster.broker.split(":", 1)[0]  # the scheme only: the URL has a password
         print(f"\nchaos on {broker}, seed {SEED} (CHAOS_SEED={SEED} replays it)")
     rng = random.Random(SEED)
-    chaos = Chaos(cluster, server, rng)
+    chaos = Chaos(chaos_cluster, server, rng)
 
     # Given four workers (prefork, threads, gevent, eventlet) on four queues, acks late, and tasks
     # arriving steadily
-    chaos.workers = [start_worker(cluster, i, chaos.queues) for i in range(len(POOLS))]
+    chaos.workers = [start_worker(chaos_cluster, i, chaos.queues) for i in range(len(POOLS))]
     for worker in chaos.workers:
         worker.wait_applied()
     faults = {
@@ -287,15 +287,15 @@ def test_pauses_hold_under_chaos(
     chaos.resume(None, force=True)
 
     # Then every task completes ...
-    finished_key = cluster.finished_key
+    finished_key = chaos_cluster.finished_key
 
     def all_finished() -> list[dict[str, Any]] | None:
-        raw = cluster.records_client.lrange(finished_key, 0, -1)
+        raw = chaos_cluster.records_client.lrange(finished_key, 0, -1)
         done = [json.loads(item) for item in raw]
         return done if {d["id"] for d in done} >= set(chaos.sent) else None
 
     finished = wait_for(all_finished, timeout=120, what=f"{len(chaos.sent)} tasks to finish")
-    starts = cluster.records()
+    starts = chaos_cluster.records()
     assert not faults["kill"] and not faults["drop"] and not faults["swallow"]
     report = check_invariants(chaos, starts, finished)
 
@@ -320,8 +320,8 @@ def check_invariants(
 ) -> dict[str, Any]:
     """No start in an acknowledged window; every task completes, once unless its worker
     was killed while running it (or after it ran, before the late ack)."""
-    windows = chaos.windows + [Window(q, w.start, w.end) for q, w in chaos.open.items()]
-    by_queue: dict[str, list[Window]] = {}
+    windows = chaos.windows + [AcknowledgedPause(q, w.start, w.end) for q, w in chaos.open.items()]
+    by_queue: dict[str, list[AcknowledgedPause]] = {}
     for window in windows:
         by_queue.setdefault(window.queue, []).append(window)
     inside = [

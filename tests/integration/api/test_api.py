@@ -10,18 +10,8 @@ from celery import Celery
 
 import celery_pause
 from celery_pause import AlreadyPaused, ConfigurationError, InvalidInput, Scope
-from celery_pause.model.outcome import Outcome
-from celery_pause.model.state import Hold, PauseState
-from celery_pause.stores import store_for
 from support.harness import Cluster, wait_for
-
-
-def add_breaker_hold(app: Celery, queues: list[str] | None = None) -> None:
-    def change(state: PauseState, now: float) -> Outcome[PauseState, None]:
-        hold = Hold(scope=Scope.of(queues), source="breaker:payments", paused_at=now)
-        return Outcome(state.with_holds([*state.holds, hold]), None)
-
-    store_for(app).update(change)
+from support.holds import add_breaker_hold
 
 
 def race_to_pause(app: Celery, queue: str) -> list[object]:

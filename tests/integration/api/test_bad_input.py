@@ -410,42 +410,44 @@ BAD_PAUSES: list[tuple[dict[str, Any], str]] = [
 
 @pytest.mark.parametrize(("kwargs", "message"), BAD_PAUSES, ids=[m for _, m in BAD_PAUSES])
 def test_bad_pause_arguments_are_refused_clearly_and_change_nothing(
-    world: Cluster, kwargs: dict[str, Any], message: str
+    redis_cluster: Cluster, kwargs: dict[str, Any], message: str
 ) -> None:
     # Given a cluster paused on one queue
-    celery_pause.pause(world.app, queues=["kept"], reason="before")
-    before = celery_pause.status(world.app).state
+    celery_pause.pause(redis_cluster.app, queues=["kept"], reason="before")
+    before = celery_pause.status(redis_cluster.app).state
     # When a pause with a bad argument is asked for
     with pytest.raises(InvalidInput) as caught:
-        celery_pause.pause(world.app, **{"queues": ["other"], **kwargs})
+        celery_pause.pause(redis_cluster.app, **{"queues": ["other"], **kwargs})
     # Then it is refused with a clear message, and the stored state is untouched
     assert message in str(caught.value)
     assert len(str(caught.value)) < 300
-    assert celery_pause.status(world.app).state == before
+    assert celery_pause.status(redis_cluster.app).state == before
 
 
 @pytest.mark.parametrize(
     "queues", [[f"q{i}" for i in range(validation.MAX_NAMES + 1)], ["q" * 201], []]
 )
 def test_bad_resume_arguments_are_refused_and_change_nothing(
-    world: Cluster, queues: list[str]
+    redis_cluster: Cluster, queues: list[str]
 ) -> None:
     # Given a paused cluster
-    celery_pause.pause(world.app, reason="before")
-    before = celery_pause.status(world.app).state
+    celery_pause.pause(redis_cluster.app, reason="before")
+    before = celery_pause.status(redis_cluster.app).state
     # When a resume names too many, too long or no queues; Then it is refused, nothing changes
     with pytest.raises(InvalidInput):
-        celery_pause.resume(world.app, queues=queues)
-    assert celery_pause.status(world.app).state == before
+        celery_pause.resume(redis_cluster.app, queues=queues)
+    assert celery_pause.status(redis_cluster.app).state == before
 
 
-def test_the_largest_accepted_pause_is_stored_whole(world: Cluster) -> None:
+def test_the_largest_accepted_pause_is_stored_whole(redis_cluster: Cluster) -> None:
     # Given the largest reason, operator name and queue list the API accepts
     queues = [f"{i:03d}".ljust(validation.MAX_NAME, "q") for i in range(validation.MAX_NAMES)]
     reason = "r" * validation.MAX_REASON
     # When paused with them
-    result = celery_pause.pause(world.app, queues=queues, reason=reason, paused_by="o" * 200)
+    result = celery_pause.pause(
+        redis_cluster.app, queues=queues, reason=reason, paused_by="o" * 200
+    )
     # Then the hold is stored whole and reads back equal
-    stored = celery_pause.status(world.app).holds
+    stored = celery_pause.status(redis_cluster.app).holds
     assert stored == (result.hold,)
     assert stored[0].reason == reason and stored[0].scope == Scope.of(queues)

@@ -16,15 +16,15 @@ from support.harness import REDIS_BROKER, Cluster, wait_for
 
 
 @pytest.fixture
-def world(redis_url: str, tmp_path: Path) -> Iterator[Cluster]:
+def history_cluster(redis_url: str, tmp_path: Path) -> Iterator[Cluster]:
     cluster = Cluster(broker=REDIS_BROKER, tmp=tmp_path, pause_history_size=4)
     yield cluster
     cluster.close()
 
 
-def test_pauses_and_resumes_are_recorded_with_who_what_when_why(world: Cluster) -> None:
+def test_pauses_and_resumes_are_recorded_with_who_what_when_why(history_cluster: Cluster) -> None:
     # Given a cluster with no history
-    app = world.app
+    app = history_cluster.app
     assert celery_pause.history(app) == []
 
     # When an operator pauses one queue, another forces a pause of all, and a resume follows
@@ -70,39 +70,39 @@ def test_pauses_and_resumes_are_recorded_with_who_what_when_why(world: Cluster) 
     assert "emails" in lines[3] and "'smtp down'" in lines[3] and "by ann@ops" in lines[3]
 
 
-def test_a_resume_that_lifts_nothing_is_not_recorded(world: Cluster) -> None:
+def test_a_resume_that_lifts_nothing_is_not_recorded(history_cluster: Cluster) -> None:
     # When there is nothing to resume
-    celery_pause.resume(world.app)
+    celery_pause.resume(history_cluster.app)
 
     # Then nothing is recorded
-    assert celery_pause.history(world.app) == []
+    assert celery_pause.history(history_cluster.app) == []
 
 
-def test_the_history_keeps_only_the_newest_entries(world: Cluster) -> None:
+def test_the_history_keeps_only_the_newest_entries(history_cluster: Cluster) -> None:
     # Given pause_history_size = 4, When six changes are made
     for n in range(3):
-        celery_pause.pause(world.app, reason=f"round {n}")
-        celery_pause.resume(world.app)
+        celery_pause.pause(history_cluster.app, reason=f"round {n}")
+        celery_pause.resume(history_cluster.app)
 
     # Then the newest four are kept
-    entries = celery_pause.history(world.app)
+    entries = celery_pause.history(history_cluster.app)
     assert [(e.action, e.reason) for e in entries] == [
         ("resume", None),
         ("pause", "round 2"),
         ("resume", None),
         ("pause", "round 1"),
     ]
-    assert [e.action for e in celery_pause.history(world.app, limit=1)] == ["resume"]
+    assert [e.action for e in celery_pause.history(history_cluster.app, limit=1)] == ["resume"]
 
 
-def test_an_auto_resume_shows_as_an_expiry(world: Cluster) -> None:
+def test_an_auto_resume_shows_as_an_expiry(history_cluster: Cluster) -> None:
     # Given a pause that resumes itself after a second
-    result = celery_pause.pause(world.app, reason="short", resume_after=1.0)
-    assert [e.action for e in celery_pause.history(world.app)] == ["pause"]
+    result = celery_pause.pause(history_cluster.app, reason="short", resume_after=1.0)
+    assert [e.action for e in celery_pause.history(history_cluster.app)] == ["pause"]
 
     # When the second has passed, Then the history shows the expiry at resume_at
     entries = wait_for(
-        lambda: (h := celery_pause.history(world.app)) and len(h) == 2 and h,
+        lambda: (h := celery_pause.history(history_cluster.app)) and len(h) == 2 and h,
         timeout=20,
         what="the expiry to show",
     )
@@ -112,18 +112,18 @@ def test_an_auto_resume_shows_as_an_expiry(world: Cluster) -> None:
 
 
 def test_a_failing_history_does_not_fail_the_pause(
-    world: Cluster, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+    history_cluster: Cluster, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     # Given a store that cannot keep logs
     def refuse(self: Store, *args: object, **kwargs: object) -> None:
         raise NotImplementedError("no logs here")
 
-    store = store_for(world.app)
+    store = store_for(history_cluster.app)
     monkeypatch.setattr(type(store), "append_log", refuse)
 
     # When the cluster is paused, Then the pause holds and the failure is logged
-    result = celery_pause.pause(world.app, reason="still works")
-    assert celery_pause.status(world.app).paused
+    result = celery_pause.pause(history_cluster.app, reason="still works")
+    assert celery_pause.status(history_cluster.app).paused
     assert result.hold.reason == "still works"
     assert "could not record pause in the history" in caplog.text
 

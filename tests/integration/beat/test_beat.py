@@ -29,31 +29,35 @@ PAUSED_RUNS = 5
 """Runs of ``tick`` that fall due while paused."""
 
 
-def start_beat(world: Cluster) -> Beat:
+def start_beat(redis_cluster: Cluster) -> Beat:
     """A worker and beat, once beat's ticks run."""
-    worker = world.worker("w1", extra=BEAT)
+    worker = redis_cluster.worker("w1", extra=BEAT)
     worker.wait_applied()
-    beat = world.beat(extra=BEAT)
-    world.wait_records(2, timeout=30)
+    beat = redis_cluster.beat(extra=BEAT)
+    redis_cluster.wait_records(2, timeout=30)
     return beat
 
 
-def first_second(world: Cluster, resumed_at: float) -> int:
+def first_second(redis_cluster: Cluster, resumed_at: float) -> int:
     """The starts in the first second after ``resumed_at`` (waits for that second to pass)."""
     wait_for(lambda: time.time() > resumed_at + 1.2, timeout=5, what="a second after resume")
-    return len([r for r in world.records() if resumed_at <= r["started"] < resumed_at + 1])
+    return len([r for r in redis_cluster.records() if resumed_at <= r["started"] < resumed_at + 1])
 
 
-def skip_entry(world: Cluster, hold_id: str) -> HistoryEntry | None:
-    return next((e for e in history(world.app) if e.action == SKIP and e.holds == (hold_id,)), None)
+def skip_entry(redis_cluster: Cluster, hold_id: str) -> HistoryEntry | None:
+    return next(
+        (e for e in history(redis_cluster.app) if e.action == SKIP and e.holds == (hold_id,)), None
+    )
 
 
-def test_skip_sends_nothing_while_paused_and_resume_brings_no_burst(world: Cluster) -> None:
+def test_skip_sends_nothing_while_paused_and_resume_brings_no_burst(redis_cluster: Cluster) -> None:
     # Given beat sending "tick" every second into the worker's queue
-    beat = start_beat(world)
+    beat = start_beat(redis_cluster)
 
     # When the queue is paused with the beat policy "skip"
-    result = celery_pause.pause(world.app, queues=[world.queue()], beat="skip", wait=True)
+    result = celery_pause.pause(
+        redis_cluster.app, queues=[redis_cluster.queue()], beat="skip", wait=True
+    )
     paused_at = time.time()
 
     # Then beat skips each run, logging it, ...
@@ -63,34 +67,36 @@ def test_skip_sends_nothing_while_paused_and_resume_brings_no_burst(world: Clust
         what=f"beat to skip {PAUSED_RUNS} runs",
     )
     resumed_at = time.time()
-    celery_pause.resume(world.app, queues=[world.queue()])
+    celery_pause.resume(redis_cluster.app, queues=[redis_cluster.queue()])
 
     # ... nothing started during the pause, ...
-    assert not world.started_between(paused_at, resumed_at)
+    assert not redis_cluster.started_between(paused_at, resumed_at)
     # ... the resume brings no burst: at most a run sent before beat saw the pause
     # (it reads every poll interval) and the next regular one, ...
-    assert first_second(world, resumed_at) <= 2
+    assert first_second(redis_cluster, resumed_at) <= 2
     # ... and the schedule simply continues
     wait_for(
-        lambda: len(world.started_between(resumed_at, float("inf"))) >= 3,
+        lambda: len(redis_cluster.started_between(resumed_at, float("inf"))) >= 3,
         timeout=10,
         what="ticks to run again after the resume",
     )
 
     # And the history records how many runs of each entry beat skipped under the hold
     entry = wait_for(
-        lambda: skip_entry(world, result.hold.id), timeout=10, what="the skip in the history"
+        lambda: skip_entry(redis_cluster, result.hold.id),
+        timeout=10,
+        what="the skip in the history",
     )
     assert entry.skipped is not None and entry.skipped["tick"] >= PAUSED_RUNS
-    assert entry.queues == [world.queue()] and entry.source == "manual"
+    assert entry.queues == [redis_cluster.queue()] and entry.source == "manual"
 
 
-def test_queue_keeps_sending_and_resume_starts_the_runs_at_once(world: Cluster) -> None:
+def test_queue_keeps_sending_and_resume_starts_the_runs_at_once(redis_cluster: Cluster) -> None:
     # Given beat sending "tick" every second into the worker's queue
-    beat = start_beat(world)
+    beat = start_beat(redis_cluster)
 
     # When the queue is paused with the default beat policy ("queue")
-    celery_pause.pause(world.app, queues=[world.queue()], wait=True)
+    celery_pause.pause(redis_cluster.app, queues=[redis_cluster.queue()], wait=True)
     paused_at = time.time()
     sent = beat.log_count("Sending due task tick")
 
@@ -101,39 +107,39 @@ def test_queue_keeps_sending_and_resume_starts_the_runs_at_once(world: Cluster) 
         what=f"beat to send {PAUSED_RUNS} runs",
     )
     resumed_at = time.time()
-    celery_pause.resume(world.app, queues=[world.queue()])
-    assert not world.started_between(paused_at, resumed_at)
+    celery_pause.resume(redis_cluster.app, queues=[redis_cluster.queue()])
+    assert not redis_cluster.started_between(paused_at, resumed_at)
     assert beat.log_count("beat skipped") == 0
 
     # ... and the resume starts them all at once
-    assert first_second(world, resumed_at) >= PAUSED_RUNS - 1
+    assert first_second(redis_cluster, resumed_at) >= PAUSED_RUNS - 1
 
 
-def test_skip_works_with_redbeat_as_the_user_runs_it(world: Cluster) -> None:
+def test_skip_works_with_redbeat_as_the_user_runs_it(redis_cluster: Cluster) -> None:
     # Given beat run with redbeat's scheduler (-S), its entries in Redis
     settings = {
         **BEAT,
         "redbeat_redis_url": REDIS_STORE,
-        "redbeat_key_prefix": f"celery-pause-test:{world.namespace}:redbeat:",
+        "redbeat_key_prefix": f"celery-pause-test:{redis_cluster.namespace}:redbeat:",
     }
-    worker = world.worker("w1", extra=settings)
+    worker = redis_cluster.worker("w1", extra=settings)
     worker.wait_applied()
-    beat = world.beat(extra=settings, args=("-S", "redbeat.RedBeatScheduler"))
-    world.wait_records(2, timeout=30)
+    beat = redis_cluster.beat(extra=settings, args=("-S", "redbeat.RedBeatScheduler"))
+    redis_cluster.wait_records(2, timeout=30)
     assert beat.log_count("(RedBeatScheduler)") == 1
 
     # When the queue is paused with "skip", Then beat skips the runs and nothing starts
-    celery_pause.pause(world.app, queues=[world.queue()], beat="skip", wait=True)
+    celery_pause.pause(redis_cluster.app, queues=[redis_cluster.queue()], beat="skip", wait=True)
     paused_at = time.time()
     wait_for(lambda: beat.log_count("beat skipped tick") >= 3, timeout=15, what="redbeat to skip")
     resumed_at = time.time()
-    celery_pause.resume(world.app, queues=[world.queue()])
-    assert not world.started_between(paused_at, resumed_at)
+    celery_pause.resume(redis_cluster.app, queues=[redis_cluster.queue()])
+    assert not redis_cluster.started_between(paused_at, resumed_at)
 
     # And after the resume no burst, and the schedule continues
-    assert first_second(world, resumed_at) <= 2
+    assert first_second(redis_cluster, resumed_at) <= 2
     wait_for(
-        lambda: len(world.started_between(resumed_at, float("inf"))) >= 3,
+        lambda: len(redis_cluster.started_between(resumed_at, float("inf"))) >= 3,
         timeout=10,
         what="ticks to run again after the resume",
     )
@@ -173,21 +179,26 @@ def beat_service(app: Celery) -> Iterator[RecordingScheduler]:
 
 
 def test_any_scheduler_class_skips_through_apply_async_and_follows_a_resume(
-    world: Cluster,
+    redis_cluster: Cluster,
 ) -> None:
     # Given a beat service with a scheduler that sends through apply_async, like redbeat
-    app = make_app(namespace=world.namespace, broker=world.broker, store=world.store_url, **BEAT)
+    app = make_app(
+        namespace=redis_cluster.namespace,
+        broker=redis_cluster.broker,
+        store=redis_cluster.store_url,
+        **BEAT,
+    )
     with beat_service(app) as scheduler:
         tick = scheduler.schedule["tick"]
         assert isinstance(getattr(scheduler, "celery_pause", None), BeatGuard)
 
         # When the queue of its entry is paused with the beat policy "skip"
-        celery_pause.pause(app, queues=[world.queue()], beat="skip", notify=False)
+        celery_pause.pause(app, queues=[redis_cluster.queue()], beat="skip", notify=False)
 
         # Then within one poll interval a due run is skipped, and the entry advances as if sent
         wait_for(
             lambda: isinstance(scheduler.apply_async(tick), SkippedRun),
-            timeout=world.poll_interval + 1,
+            timeout=redis_cluster.poll_interval + 1,
             what="beat to see the pause",
         )
         scheduler.sent.clear()
@@ -197,10 +208,10 @@ def test_any_scheduler_class_skips_through_apply_async_and_follows_a_resume(
         assert scheduler.sent == [] and scheduler.advanced == ["tick"]
 
         # When resumed, within one poll interval runs are sent again
-        celery_pause.resume(app, queues=[world.queue()], notify=False)
+        celery_pause.resume(app, queues=[redis_cluster.queue()], notify=False)
         wait_for(
             lambda: scheduler.apply_async(tick) is None and scheduler.sent,
-            timeout=world.poll_interval + 1,
+            timeout=redis_cluster.poll_interval + 1,
             what="beat to see the resume",
         )
 
@@ -237,14 +248,14 @@ def test_beat_keeps_the_last_state_read_while_the_store_is_down(
             assert scheduler.sent == []
 
 
-def test_a_window_with_the_skip_policy_makes_beat_skip(world: Cluster) -> None:
+def test_a_window_with_the_skip_policy_makes_beat_skip(redis_cluster: Cluster) -> None:
     # Given a window on the queue that is always in force (back-to-back 2 s occurrences)
     window = {"name": "always", "schedule": 2, "duration": 2, "beat": "skip"}
     app = make_app(
-        namespace=world.namespace,
-        broker=world.broker,
-        store=world.store_url,
-        pause_windows=[{**window, "queues": [world.queue()]}],
+        namespace=redis_cluster.namespace,
+        broker=redis_cluster.broker,
+        store=redis_cluster.store_url,
+        pause_windows=[{**window, "queues": [redis_cluster.queue()]}],
         **BEAT,
     )
     with beat_service(app) as scheduler:

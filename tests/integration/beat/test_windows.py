@@ -27,7 +27,7 @@ its own reads, so two processes agree on it to a few milliseconds."""
 
 
 @pytest.fixture
-def slow_poll(redis_url: str, tmp_path: Path) -> Iterator[Cluster]:
+def slow_poll_cluster(redis_url: str, tmp_path: Path) -> Iterator[Cluster]:
     cluster = Cluster(broker=redis_url, tmp=tmp_path, poll_interval=POLL)
     yield cluster
     cluster.close()
@@ -60,9 +60,9 @@ def reports_show(cluster: Cluster, paused: list[str], as_of: float, timeout: flo
 
 
 def test_a_scheduled_pause_lands_at_its_start_and_lifts_at_its_end_without_a_command(
-    slow_poll: Cluster,
+    slow_poll_cluster: Cluster,
 ) -> None:
-    cluster = slow_poll
+    cluster = slow_poll_cluster
     queue = cluster.queue()
     worker = cluster.worker("w1")
     worker.wait_applied()
@@ -149,23 +149,25 @@ def run_window(cluster: Cluster, name: str, queue: str) -> None:
     assert ended and ended[0].source == f"window:{name}" and ended[0].by == "ops"
 
 
-def test_waiting_on_a_scheduled_pause_waits_for_its_start_then_for_quiet(world: Cluster) -> None:
+def test_waiting_on_a_scheduled_pause_waits_for_its_start_then_for_quiet(
+    redis_cluster: Cluster,
+) -> None:
     # Given a worker running a task that lasts past the scheduled start
-    worker = world.worker("w1")
+    worker = redis_cluster.worker("w1")
     worker.wait_applied()
-    world.send("long", 3.0)
-    world.wait_records(1)
-    start = store_now(world) + 1.5
+    redis_cluster.send("long", 3.0)
+    redis_cluster.wait_records(1)
+    start = store_now(redis_cluster) + 1.5
 
     # When a pause starting then is asked for with wait=True
     result = celery_pause.pause(
-        world.app, queues=[world.queue()], start_at=start, wait=True, timeout=20
+        redis_cluster.app, queues=[redis_cluster.queue()], start_at=start, wait=True, timeout=20
     )
-    returned = store_now(world)
+    returned = store_now(redis_cluster)
 
     # Then it returns after the start, once the long task finished, confirmed by the worker
-    finished = world.records_client.lrange(world.finished_key, 0, -1)
+    finished = redis_cluster.records_client.lrange(redis_cluster.finished_key, 0, -1)
     assert returned >= start and len(finished) == 1
     (confirmed,) = result.workers
     assert confirmed.hostname == worker.hostname and confirmed.as_of >= start
-    assert confirmed.paused == [world.queue()]
+    assert confirmed.paused == [redis_cluster.queue()]

@@ -27,13 +27,14 @@ from celery_pause.model.ramp import Ramp
 from celery_pause.model.scope import Scope, Target
 from celery_pause.stores import store_for
 from support.breaker_proj import AUTORETRY_TASK, CHARGE_TASK, DEPENDENCY_URL, keys
-from support.harness import AMQP_BROKER, REDIS_BROKER, Cluster, Worker, wait_for
+from support.harness import AMQP_BROKER, REDIS_BROKER, Cluster, Worker, started_between, wait_for
+from support.observe import stays_quiet
 from support.services import require
 
 DEADLINE = 60.0
 
 
-class World:
+class BreakerWorld:
     """A cluster whose tasks call a dependency the test switches."""
 
     def __init__(self, cluster: Cluster) -> None:
@@ -103,19 +104,19 @@ class World:
 
 
 @pytest.fixture
-def make_world(tmp_path: Path) -> Iterator[Any]:
+def make_breaker_world(tmp_path: Path) -> Iterator[Any]:
     """Makes a world on a broker with the breaker options given (on the default queue),
     and the app settings ``conf``."""
     clusters: list[Cluster] = []
 
-    def make(broker: str, conf: dict[str, Any] | None = None, **breaker: Any) -> World:
+    def make(broker: str, conf: dict[str, Any] | None = None, **breaker: Any) -> BreakerWorld:
         require("Redis", "127.0.0.1", 6379)
         if broker == AMQP_BROKER:
             require("RabbitMQ", "127.0.0.1", 5672)
         options = {"name": "dep", "queues": ["default"], **breaker}
         cluster = Cluster(broker=broker, tmp=tmp_path, test_breaker=options, **(conf or {}))
         clusters.append(cluster)
-        return World(cluster)
+        return BreakerWorld(cluster)
 
     yield make
     for cluster in clusters:
@@ -134,7 +135,7 @@ def deferred_since(workers: list[Worker], since: float) -> list[str]:
     return lines
 
 
-def one_of_each_pool(world: World) -> list[Worker]:
+def one_of_each_pool(world: BreakerWorld) -> list[Worker]:
     """Four workers: prefork, threads, gevent and eventlet."""
     pools = {"prefork": 1, "threads": 2, "gevent": 4, "eventlet": 4}
     return [
@@ -143,16 +144,12 @@ def one_of_each_pool(world: World) -> list[Worker]:
     ]
 
 
-def started_between(runs: list[dict[str, Any]], start: float, end: float) -> list[dict[str, Any]]:
-    return [run for run in runs if start <= run["started"] < end]
-
-
 @pytest.mark.parametrize("broker", [REDIS_BROKER, AMQP_BROKER], ids=["redis", "amqp"])
 def test_breaker_trips_across_workers_pauses_probes_once_and_every_task_completes(
-    make_world: Any, broker: str
+    make_breaker_world: Any, broker: str
 ) -> None:
     # Given two workers, one prefork and one gevent, and a dependency that is down
-    world = make_world(
+    world = make_breaker_world(
         broker, fail_max=3, window=30, reset_timeout=2, requeue_delay=1, max_reset_timeout=4
     )
     world.dependency("down")
@@ -223,9 +220,9 @@ def test_breaker_trips_across_workers_pauses_probes_once_and_every_task_complete
     print(f"\ntrials per half-open period (2 workers, {broker.split(':')[0]}): {dict(per_period)}")
 
 
-def test_four_workers_run_exactly_one_probe_per_half_open_period(make_world: Any) -> None:
+def test_four_workers_run_exactly_one_probe_per_half_open_period(make_breaker_world: Any) -> None:
     # Given four workers, one of each pool, a probe callable and a dependency that is down
-    world = make_world(
+    world = make_breaker_world(
         REDIS_BROKER, probe=True, fail_max=2, window=30, reset_timeout=1, max_reset_timeout=2
     )
     world.dependency("down")
@@ -257,10 +254,12 @@ def test_four_workers_run_exactly_one_probe_per_half_open_period(make_world: Any
     print(f"\nprobes per half-open period (4 workers): {[1 for _ in probes]}")
 
 
-def test_four_workers_let_exactly_half_open_trials_through_per_period(make_world: Any) -> None:
+def test_four_workers_let_exactly_half_open_trials_through_per_period(
+    make_breaker_world: Any,
+) -> None:
     # Given four workers, one of each pool, two trial tasks per half-open period, and a
     # dependency that is down
-    world = make_world(
+    world = make_breaker_world(
         REDIS_BROKER,
         half_open_trials=2,
         success_threshold=2,
@@ -313,20 +312,11 @@ def test_four_workers_let_exactly_half_open_trials_through_per_period(make_world
     print(f"\ntrials admitted per half-open period (4 workers): {dict(admitted)}; ran: {dict(ran)}")
 
 
-def stays_quiet(world: World, since: float, seconds: float) -> None:
-    """Watch for ``seconds``: fail at the first run that starts after ``since``."""
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        started = started_between(world.runs(), since, float("inf"))
-        assert not started, f"tasks started while paused: {started}"
-        time.sleep(0.05)
-
-
 def test_holds_are_independent_of_an_operator_and_a_forced_resume_restarts_it_closed(
-    make_world: Any,
+    make_breaker_world: Any,
 ) -> None:
     # Given two workers, a breaker with a probe, and a dependency that is down
-    world = make_world(REDIS_BROKER, probe=True, fail_max=2, window=30, reset_timeout=1.5)
+    world = make_breaker_world(REDIS_BROKER, probe=True, fail_max=2, window=30, reset_timeout=1.5)
     world.dependency("down")
     workers = [world.cluster.worker(name) for name in ("w1", "w2")]
     for worker in workers:
@@ -345,7 +335,7 @@ def test_holds_are_independent_of_an_operator_and_a_forced_resume_restarts_it_cl
     # Then the breaker removed its own hold only: the operator's keeps the queue paused
     holds = celery_pause.status(world.app).holds
     assert [(h.source, h.reason) for h in holds] == [("manual", "maintenance")]
-    stays_quiet(world, closed_at, 1.5)
+    stays_quiet(world.cluster, closed_at, 1.5, records=world.runs)
 
     # When the operator resumes, every task completes
     celery_pause.resume(world.app)
@@ -385,9 +375,11 @@ def test_holds_are_independent_of_an_operator_and_a_forced_resume_restarts_it_cl
     assert not celery_pause.status(world.app).holds
 
 
-def test_a_crashed_probers_lease_expires_and_another_worker_probes(make_world: Any) -> None:
+def test_a_crashed_probers_lease_expires_and_another_worker_probes(make_breaker_world: Any) -> None:
     # Given two workers on RabbitMQ, a probe that hangs, and a breaker that tripped
-    world = make_world(AMQP_BROKER, probe=True, fail_max=2, window=30, reset_timeout=2, lease_ttl=3)
+    world = make_breaker_world(
+        AMQP_BROKER, probe=True, fail_max=2, window=30, reset_timeout=2, lease_ttl=3
+    )
     world.dependency("down")
     workers = [world.cluster.worker(name) for name in ("w1", "w2")]
     for worker in workers:
@@ -418,10 +410,10 @@ def test_a_crashed_probers_lease_expires_and_another_worker_probes(make_world: A
     assert {r["id"] for r in ok} == set(world.sent)
 
 
-def test_a_breaker_opens_only_where_a_worker_runs_its_agent(make_world: Any) -> None:
+def test_a_breaker_opens_only_where_a_worker_runs_its_agent(make_breaker_world: Any) -> None:
     # Given a dependency that is down and one worker without the pause step: nothing in
     # the cluster could ever probe the breaker and close it again
-    world = make_world(
+    world = make_breaker_world(
         REDIS_BROKER, fail_max=2, window=30, reset_timeout=1, requeue_delay=0.2, max_requeues=2
     )
     world.dependency("down")
@@ -460,9 +452,11 @@ def test_a_breaker_opens_only_where_a_worker_runs_its_agent(make_world: Any) -> 
     assert not world.breaker_holds()
 
 
-def test_a_breaker_without_queues_pauses_its_tasks_and_not_its_queue(make_world: Any) -> None:
+def test_a_breaker_without_queues_pauses_its_tasks_and_not_its_queue(
+    make_breaker_world: Any,
+) -> None:
     # Given a breaker created without queues, and a dependency that is down
-    world = make_world(REDIS_BROKER, queues=None, fail_max=2, window=30, reset_timeout=2)
+    world = make_breaker_world(REDIS_BROKER, queues=None, fail_max=2, window=30, reset_timeout=2)
     world.dependency("down")
     worker = world.cluster.worker("w1", concurrency=2)
     worker.wait_applied()
@@ -486,18 +480,18 @@ def test_a_breaker_without_queues_pauses_its_tasks_and_not_its_queue(make_world:
     world.wait_all_done()
 
 
-def breaker_ramp(world: World) -> Ramp | None:
+def breaker_ramp(world: BreakerWorld) -> Ramp | None:
     ramps = store_for(world.app).read().state.ramps
     return next((ramp for ramp in ramps if ramp.source == "breaker:dep"), None)
 
 
 def test_a_breaker_with_a_ramp_closes_gradually_and_one_failure_in_it_reopens_it(
-    make_world: Any,
+    make_breaker_world: Any,
 ) -> None:
     # Given two workers, a breaker that closes over a 10 s ramp to 20 tasks/s, and a
     # dependency that is down
     fail_max, peak = 4, 20.0
-    world = make_world(
+    world = make_breaker_world(
         REDIS_BROKER,
         conf={"pause_ramp_peak": peak},
         probe=True,
@@ -562,7 +556,7 @@ def test_a_breaker_with_a_ramp_closes_gradually_and_one_failure_in_it_reopens_it
     assert record["failures"] < fail_max and record["ramp_until"] is None
     assert "during its ramp" in (reopened[0].reason or "")
     assert breaker_ramp(world) is None and world.breaker().ramp_until is None
-    stays_quiet(world, paused_at, 1.0)
+    stays_quiet(world.cluster, paused_at, 1.0, records=world.runs)
 
     # And once the dependency is back, it closes (ramping again) and every task completes
     world.dependency("up")

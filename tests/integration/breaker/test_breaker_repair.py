@@ -17,6 +17,7 @@ from celery_pause.model.outcome import Outcome
 from celery_pause.model.state import Hold, PauseState
 from celery_pause.stores import store_for
 from support.harness import REDIS_BROKER, REDIS_STORE
+from support.holds import holds
 from support.services import require
 
 
@@ -53,10 +54,6 @@ def tripped(app: Celery, breaker: celery_pause.CircuitBreaker, opened_ago: float
 
 def add_hold(app: Celery, hold: Hold) -> None:
     store_for(app).update(lambda state, now: Outcome(state.with_holds([*state.holds, hold]), None))
-
-
-def holds(app: Celery) -> list[Hold]:
-    return list(celery_pause.status(app).holds)
 
 
 def test_a_hold_its_tripper_did_not_live_to_place_is_put_in_place(app: Celery) -> None:
@@ -109,7 +106,7 @@ def test_a_long_lost_unplaced_hold_is_not_put_back(app: Celery) -> None:
 
     # Then it counts as resumed: the breaker starts closed rather than pausing anew
     assert record.state == CLOSED
-    assert holds(app) == []
+    assert holds(app) == ()
     assert store_for(app).read().state == PauseState()
 
 
@@ -151,7 +148,7 @@ def test_an_unreadable_record_shows_as_such_and_reset_clears_it(app: Celery) -> 
 
     # When the breaker is reset, it is closed and its hold is gone
     breaker.reset(app)
-    assert celery_pause.breaker_status(app, breaker).state == "closed" and holds(app) == []
+    assert celery_pause.breaker_status(app, breaker).state == "closed" and holds(app) == ()
 
 
 def test_a_ramped_close_starts_its_ramp_with_the_hold_removed_and_a_trip_ends_it(
@@ -173,7 +170,7 @@ def test_a_ramped_close_starts_its_ramp_with_the_hold_removed_and_a_trip_ends_it
     # Then one update removed the hold and recorded the ramp on the hold's scope
     state = store.read().state
     (ramp,) = state.ramps
-    assert state.generation == generation + 1 and holds(app) == []
+    assert state.generation == generation + 1 and holds(app) == ()
     assert (ramp.source, ramp.scope.describe()) == ("breaker:dep", "queue payments")
     assert (ramp.start, ramp.end, ramp.sharers, ramp.peak) == (
         closed.closed_at,

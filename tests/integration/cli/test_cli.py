@@ -5,52 +5,22 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable
-from dataclasses import replace
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import Any
 
-import click
 import pytest
-from celery import Celery
-from celery.bin.base import CLIContext
-from click.testing import CliRunner, Result
 
 import celery_pause
 from celery_pause import cli
-from celery_pause.model.outcome import Outcome
 from celery_pause.model.scope import Scope
-from celery_pause.model.state import Hold, PauseState
 from celery_pause.stores import store_for
+from support.cli import invoke, pause, resume, status_doc
 from support.harness import AMQP_BROKER, Cluster, wait_for
+from support.holds import add_breaker_hold, holds
 from support.proj import make_app
 from support.services import require
 
 UNREACHABLE_STORE = "redis://:s3cret-pw@127.0.0.1:1/0"
-
-
-def invoke(app: Celery, command: click.Command, *args: str) -> Result:
-    obj = CLIContext(app=app, no_color=True, workdir=None)
-    return CliRunner().invoke(command, list(args), obj=obj, catch_exceptions=False)
-
-
-def pause(cluster: Cluster, *args: str) -> Result:
-    return invoke(cluster.app, cli.pause, *args)
-
-
-def resume(cluster: Cluster, *args: str) -> Result:
-    return invoke(cluster.app, cli.resume, *args)
-
-
-def status_doc(cluster: Cluster) -> dict[str, Any]:
-    result = pause(cluster, "status", "--json")
-    assert result.exit_code == 0, result.output
-    doc: dict[str, Any] = json.loads(result.stdout)
-    return doc
-
-
-def holds(cluster: Cluster) -> tuple[Hold, ...]:
-    return celery_pause.status(cluster.app).holds
 
 
 def watch_unchanged(probe: Callable[[], object], seconds: float) -> None:
@@ -62,21 +32,11 @@ def watch_unchanged(probe: Callable[[], object], seconds: float) -> None:
         time.sleep(0.1)
 
 
-def add_breaker_hold(cluster: Cluster, queue: str) -> None:
-    breaker = Hold(scope=Scope.of([queue]), source="breaker:smtp", reason="5 errors in 60s")
-
-    def add(state: PauseState, now: float) -> Outcome[PauseState, None]:
-        following = state.with_holds([*state.live_holds(now), replace(breaker, paused_at=now)])
-        return Outcome(following, None)
-
-    store_for(cluster.app).update(add)
-
-
 # -- pause: every option ---------------------------------------------------------------------
-def test_pause_records_every_option_and_says_what_it_did(world: Cluster) -> None:
+def test_pause_records_every_option_and_says_what_it_did(redis_cluster: Cluster) -> None:
     # When an operator pauses two queues for 1h30m, with a reason and a name
     result = pause(
-        world, "--reason", "Deploying v2.0", "--by", "alice@ops", "-Q", "emails, sms",
+        redis_cluster, "--reason", "Deploying v2.0", "--by", "alice@ops", "-Q", "emails, sms",
         "--resume-after", "1h30m",
     )  # fmt: skip
 
@@ -91,39 +51,39 @@ def test_pause_records_every_option_and_says_what_it_did(world: Cluster) -> None
     assert "workers that start later start paused" in result.stderr
 
     # And the store holds exactly that
-    (hold,) = holds(world)
+    (hold,) = holds(redis_cluster.app)
     assert hold.scope == Scope.of(["emails", "sms"])
     assert (hold.source, hold.paused_by, hold.reason) == ("manual", "alice@ops", "Deploying v2.0")
     assert hold.resume_at is not None
     assert hold.resume_at - hold.paused_at == pytest.approx(5400)
 
 
-def test_by_defaults_to_user_at_host(world: Cluster) -> None:
-    assert pause(world).exit_code == 0
-    (hold,) = holds(world)
+def test_by_defaults_to_user_at_host(redis_cluster: Cluster) -> None:
+    assert pause(redis_cluster).exit_code == 0
+    (hold,) = holds(redis_cluster.app)
     assert hold.paused_by == celery_pause.api.default_operator()
     assert hold.resume_at is None
 
 
-def test_resume_at_without_zone_is_local_time(world: Cluster) -> None:
+def test_resume_at_without_zone_is_local_time(redis_cluster: Cluster) -> None:
     # Given a local wall-clock time two hours ahead, without a zone
     local = (datetime.now() + timedelta(hours=2)).replace(second=0, microsecond=0)
 
     # When paused until then
-    result = pause(world, "--resume-at", local.isoformat())
+    result = pause(redis_cluster, "--resume-at", local.isoformat())
 
     # Then the hold ends at that local time
     assert result.exit_code == 0, result.output
-    (hold,) = holds(world)
+    (hold,) = holds(redis_cluster.app)
     assert hold.resume_at == pytest.approx(local.astimezone().timestamp())
     assert "(in 1 hour 59 minutes)" in result.stdout or "(in 2 hours)" in result.stdout
 
 
-def test_resume_at_with_zone(world: Cluster) -> None:
-    result = pause(world, "-Q", "q1", "--resume-at", "2099-01-01T12:00:00Z")
+def test_resume_at_with_zone(redis_cluster: Cluster) -> None:
+    result = pause(redis_cluster, "-Q", "q1", "--resume-at", "2099-01-01T12:00:00Z")
     assert result.exit_code == 0, result.output
     assert "Auto-resume at 2099-01-01 12:00:00Z" in result.stdout
-    (hold,) = holds(world)
+    (hold,) = holds(redis_cluster.app)
     assert hold.resume_at == datetime.fromisoformat("2099-01-01T12:00:00+00:00").timestamp()
 
 
@@ -157,17 +117,17 @@ def test_resume_at_with_zone(world: Cluster) -> None:
     ],
 )
 def test_pause_usage_errors_exit_2_naming_the_option(
-    world: Cluster, args: list[str], names: list[str]
+    redis_cluster: Cluster, args: list[str], names: list[str]
 ) -> None:
     # When the operator gets an option wrong
-    result = pause(world, *args)
+    result = pause(redis_cluster, *args)
 
     # Then it is a usage error that names the option, and nothing is recorded
     assert result.exit_code == 2, result.output
     for name in names:
         assert name in result.output
     assert "Traceback" not in result.output
-    assert celery_pause.status(world.app).state.generation == 0
+    assert celery_pause.status(redis_cluster.app).state.generation == 0
 
 
 @pytest.mark.parametrize(
@@ -179,36 +139,42 @@ def test_pause_usage_errors_exit_2_naming_the_option(
     ],
 )
 def test_resume_and_status_usage_errors(
-    world: Cluster, command: str, args: list[str], name: str
+    redis_cluster: Cluster, command: str, args: list[str], name: str
 ) -> None:
-    result = resume(world, *args) if command == "resume" else pause(world, "status", *args)
+    result = (
+        resume(redis_cluster, *args)
+        if command == "resume"
+        else pause(redis_cluster, "status", *args)
+    )
     assert result.exit_code == 2, result.output
     assert name in result.output
 
 
 # -- refusals and failures: exit 1 ------------------------------------------------------------
-def test_already_paused_exits_1_with_who_when_why_and_the_force_hint(world: Cluster) -> None:
+def test_already_paused_exits_1_with_who_when_why_and_the_force_hint(
+    redis_cluster: Cluster,
+) -> None:
     # Given a pause by alice
-    assert pause(world, "--by", "alice@ops", "--reason", "db upgrade").exit_code == 0
-    (first,) = holds(world)
+    assert pause(redis_cluster, "--by", "alice@ops", "--reason", "db upgrade").exit_code == 0
+    (first,) = holds(redis_cluster.app)
 
     # When bob pauses again without --force
-    result = pause(world, "--by", "bob@ops")
+    result = pause(redis_cluster, "--by", "bob@ops")
 
     # Then he is told who paused, when and why, how to override, and nothing changed
     assert result.exit_code == 1
     assert "already paused, nothing changed" in result.stderr
     assert "by alice@ops at " in result.stderr and "'db upgrade'" in result.stderr
     assert "Use --force to replace it" in result.stderr
-    assert holds(world) == (first,)
+    assert holds(redis_cluster.app) == (first,)
 
     # When he uses --force
-    forced = pause(world, "--by", "bob@ops", "--force")
+    forced = pause(redis_cluster, "--by", "bob@ops", "--force")
 
     # Then his hold replaces alice's, and the output says so
     assert forced.exit_code == 0, forced.output
     assert "Replaced the earlier manual hold on all queues by alice@ops" in forced.stdout
-    (second,) = holds(world)
+    (second,) = holds(redis_cluster.app)
     assert second.paused_by == "bob@ops"
 
 
@@ -242,64 +208,66 @@ def test_unknown_store_scheme_is_a_configuration_error(redis_url: str) -> None:
 
 # -- resume ------------------------------------------------------------------------------------
 def test_resume_says_whether_queues_flow_and_keeps_breaker_holds_unless_forced(
-    world: Cluster,
+    redis_cluster: Cluster,
 ) -> None:
     # Given a manual pause of everything and a breaker hold on emails
-    assert pause(world, "--reason", "deploy").exit_code == 0
-    add_breaker_hold(world, "emails")
+    assert pause(redis_cluster, "--reason", "deploy").exit_code == 0
+    add_breaker_hold(redis_cluster.app, ["emails"], source="breaker:smtp", reason="5 errors in 60s")
 
     # Then status shows both holds with their sources
-    text = pause(world, "status").stdout
+    text = pause(redis_cluster, "status").stdout
     assert "  hold  manual  on all queues  by " in text
     assert '  hold  breaker:smtp  on queue emails  "5 errors in 60s"' in text
-    assert [h["source"] for h in status_doc(world)["holds"]] == ["manual", "breaker:smtp"]
+    assert [h["source"] for h in status_doc(redis_cluster)["holds"]] == ["manual", "breaker:smtp"]
 
     # When one queue is resumed out of the all-queue hold, that is refused and says how to
     # lift it, and nothing changes
-    generation = celery_pause.status(world.app).state.generation
-    partial = resume(world, "-Q", "sms")
+    generation = celery_pause.status(redis_cluster.app).state.generation
+    partial = resume(redis_cluster, "-Q", "sms")
     assert partial.exit_code == 2
     assert "cannot resume queue sms out of the manual hold on all queues" in partial.stderr
     assert "Resume its whole scope (all queues)" in partial.stderr
-    assert celery_pause.status(world.app).state.generation == generation
+    assert celery_pause.status(redis_cluster.app).state.generation == generation
 
     # When everything is resumed, the manual hold goes, the breaker hold stays, and it says so
-    kept = resume(world)
+    kept = resume(redis_cluster)
     assert kept.exit_code == 0
     assert "Resumed all queues: removed manual hold on all queues" in kept.stdout
     assert "Still paused by:\n  breaker:smtp hold on queue emails" in kept.stdout
     assert "Holds not set by hand stay unless you resume with --force." in kept.stdout
-    assert [h.source for h in holds(world)] == ["breaker:smtp"]
-    assert status_doc(world)["state"] == "PARTIAL"
+    assert [h.source for h in holds(redis_cluster.app)] == ["breaker:smtp"]
+    assert status_doc(redis_cluster)["state"] == "PARTIAL"
 
     # When forced, the breaker hold goes too and the queues flow
-    forced = resume(world, "--force")
+    forced = resume(redis_cluster, "--force")
     assert forced.exit_code == 0
     assert "removed breaker:smtp hold on queue emails" in forced.stdout
     assert "All queues flow again." in forced.stdout
-    assert holds(world) == ()
+    assert holds(redis_cluster.app) == ()
 
     # And another resume has nothing to do
-    assert resume(world).stdout == "Nothing to resume: all queues already flow.\n"
+    assert resume(redis_cluster).stdout == "Nothing to resume: all queues already flow.\n"
 
 
 # -- status ------------------------------------------------------------------------------------
-def test_status_counts_waiting_messages_on_redis_priority_queues_included(world: Cluster) -> None:
+def test_status_counts_waiting_messages_on_redis_priority_queues_included(
+    redis_cluster: Cluster,
+) -> None:
     # Given five tasks waiting (two with a priority, kept in kombu's priority sub-queues)
     for i in range(3):
-        world.send(f"t{i}")
+        redis_cluster.send(f"t{i}")
     for i in range(2):
-        world.send(f"p{i}", priority=6)
+        redis_cluster.send(f"p{i}", priority=6)
 
     # When status is asked for
-    doc = status_doc(world)
-    text = pause(world, "status").stdout
+    doc = status_doc(redis_cluster)
+    text = pause(redis_cluster, "status").stdout
 
     # Then every one of them is counted
     assert doc["queues"] == [
-        {"name": world.queue(), "waiting": 5, "paused": False, "partly_paused": False}
+        {"name": redis_cluster.queue(), "waiting": 5, "paused": False, "partly_paused": False}
     ]
-    assert f"Queues: {world.queue()} 5 waiting" in text
+    assert f"Queues: {redis_cluster.queue()} 5 waiting" in text
     assert doc["state"] == "RUNNING" and doc["workers"] == [] and doc["holds"] == []
 
 
@@ -320,12 +288,12 @@ def test_status_counts_waiting_messages_on_rabbitmq(redis_url: str, tmp_path: Pa
         cluster.close()
 
 
-def test_status_json_follows_the_schema_through_pause_and_resume(world: Cluster) -> None:
+def test_status_json_follows_the_schema_through_pause_and_resume(redis_cluster: Cluster) -> None:
     # Given a partial pause
-    assert pause(world, "-Q", "emails", "--reason", "smtp down").exit_code == 0
+    assert pause(redis_cluster, "-Q", "emails", "--reason", "smtp down").exit_code == 0
 
     # Then the JSON says PARTIAL with the hold's facts
-    doc = status_doc(world)
+    doc = status_doc(redis_cluster)
     assert doc["schema"] == 1
     assert doc["state"] == "PARTIAL"
     assert doc["paused_queues"] == ["emails"]
@@ -340,39 +308,42 @@ def test_status_json_follows_the_schema_through_pause_and_resume(world: Cluster)
     assert {"name": "emails", "waiting": 0, "paused": True, "partly_paused": False} in doc["queues"]
 
     # When the pause covers everything, then PAUSED; when resumed, RUNNING
-    assert pause(world, "--force").exit_code == 0
-    assert (status_doc(world)["state"], status_doc(world)["paused_queues"]) == ("PAUSED", None)
-    assert resume(world).exit_code == 0
-    assert status_doc(world)["state"] == "RUNNING"
+    assert pause(redis_cluster, "--force").exit_code == 0
+    assert (status_doc(redis_cluster)["state"], status_doc(redis_cluster)["paused_queues"]) == (
+        "PAUSED",
+        None,
+    )
+    assert resume(redis_cluster).exit_code == 0
+    assert status_doc(redis_cluster)["state"] == "RUNNING"
 
 
 # -- with real workers ---------------------------------------------------------------------------
 def test_wait_times_out_naming_stragglers_then_confirms_with_live_progress(
-    world: Cluster,
+    redis_cluster: Cluster,
 ) -> None:
     # Given a worker busy with a long task
-    worker = world.worker("w1")
+    worker = redis_cluster.worker("w1")
     worker.wait_applied()
-    long_task = world.send("long", 6.0)
-    world.wait_records(1)
+    long_task = redis_cluster.send("long", 6.0)
+    redis_cluster.wait_records(1)
 
     # When the operator waits only one second
-    timed_out = pause(world, "--wait", "--timeout", "1", "--reason", "deploy")
+    timed_out = pause(redis_cluster, "--wait", "--timeout", "1", "--reason", "deploy")
 
     # Then it exits 3 naming the worker and the task's full id and name, and the pause stays
     assert timed_out.exit_code == 3, timed_out.output
     assert "pause recorded but not confirmed within 1s:" in timed_out.stderr
     assert f"{worker.hostname} still runs 1: support.proj.record[{long_task}]" in timed_out.stderr
     assert "The pause stays in effect" in timed_out.stderr
-    assert status_doc(world)["state"] == "PAUSED"
+    assert status_doc(redis_cluster)["state"] == "PAUSED"
 
     # And status shows the worker finishing that task
-    (report,) = status_doc(world)["workers"]
+    (report,) = status_doc(redis_cluster)["workers"]
     assert report["state"] == "pausing"
     assert report["running"] == [{"id": long_task, "name": "support.proj.record"}]
 
     # When the operator waits long enough (replacing the hold)
-    confirmed = pause(world, "--force", "--wait", "--timeout", "60")
+    confirmed = pause(redis_cluster, "--force", "--wait", "--timeout", "60")
 
     # Then progress names the task while it runs, and the wait ends confirmed
     assert confirmed.exit_code == 0, confirmed.output
@@ -381,76 +352,84 @@ def test_wait_times_out_naming_stragglers_then_confirms_with_live_progress(
         confirmed.stdout
     )
     assert confirmed.stdout.rstrip().endswith("Confirmed by 1 worker: nothing in scope is running.")
-    (report,) = status_doc(world)["workers"]
+    (report,) = status_doc(redis_cluster)["workers"]
     assert (report["state"], report["running"]) == ("paused", [])
 
 
-def test_worker_started_while_paused_fetches_nothing_and_status_shows_it(world: Cluster) -> None:
+def test_worker_started_while_paused_fetches_nothing_and_status_shows_it(
+    redis_cluster: Cluster,
+) -> None:
     # Given a pause recorded while no worker is live, and six tasks waiting
-    paused = pause(world, "--reason", "maintenance")
+    paused = pause(redis_cluster, "--reason", "maintenance")
     assert "Warning: no live worker" in paused.stderr
-    sent = [world.send(f"t{i}") for i in range(6)]
+    sent = [redis_cluster.send(f"t{i}") for i in range(6)]
 
     # When a prefork worker (prefetch 4) starts
-    worker = world.worker("w1")
+    worker = redis_cluster.worker("w1")
     report = worker.wait_applied(1)
 
     # Then it starts paused, fetches nothing and runs nothing: the six still wait in the queue
     assert report.paused is None and report.held == 0
-    doc = status_doc(world)
+    doc = status_doc(redis_cluster)
     assert doc["workers"][0]["state"] == "paused"
     assert doc["queues"] == [
-        {"name": world.queue(), "waiting": 6, "paused": True, "partly_paused": False}
+        {"name": redis_cluster.queue(), "waiting": 6, "paused": True, "partly_paused": False}
     ]
-    watch_unchanged(lambda: (status_doc(world)["queues"][0]["waiting"], world.records()), 2.0)
+    watch_unchanged(
+        lambda: (status_doc(redis_cluster)["queues"][0]["waiting"], redis_cluster.records()), 2.0
+    )
 
     # When resumed, every task runs
-    assert "All queues flow again." in resume(world).stdout
-    records = world.wait_records(6)
+    assert "All queues flow again." in resume(redis_cluster).stdout
+    records = redis_cluster.wait_records(6)
     assert sorted(r["id"] for r in records) == sorted(sent)
-    wait_for(lambda: status_doc(world)["queues"][0]["waiting"] == 0, timeout=20, what="empty")
+    wait_for(
+        lambda: status_doc(redis_cluster)["queues"][0]["waiting"] == 0, timeout=20, what="empty"
+    )
 
 
 # -- status --history and serve ------------------------------------------------------------------
-def test_status_history_shows_who_paused_and_resumed(world: Cluster) -> None:
+def test_status_history_shows_who_paused_and_resumed(redis_cluster: Cluster) -> None:
     # Given a pause and a resume made through the CLI
-    assert pause(world, "--by", "ann@ops", "--reason", "db upgrade").exit_code == 0
-    assert resume(world).exit_code == 0
+    assert pause(redis_cluster, "--by", "ann@ops", "--reason", "db upgrade").exit_code == 0
+    assert resume(redis_cluster).exit_code == 0
 
     # Then `status --history` lists both, newest first, in text and in JSON
-    text = pause(world, "status", "--history")
+    text = pause(redis_cluster, "status", "--history")
     assert text.exit_code == 0, text.output
     lines = text.output.splitlines()
     first = lines.index("History (newest first):")
     assert "resume" in lines[first + 1] and "pause" in lines[first + 2]
     assert "ann@ops" in lines[first + 2] and "db upgrade" in lines[first + 2]
-    doc = json.loads(pause(world, "status", "--json", "--history").stdout)
+    doc = json.loads(pause(redis_cluster, "status", "--json", "--history").stdout)
     assert [(e["action"], e["by"]) for e in doc["history"]][1] == ("pause", "ann@ops")
-    assert "history" not in status_doc(world)
+    assert "history" not in status_doc(redis_cluster)
 
 
-def test_pause_serve_is_a_subcommand_that_insists_on_a_token(world: Cluster) -> None:
-    result = pause(world, "serve")
+def test_pause_serve_is_a_subcommand_that_insists_on_a_token(redis_cluster: Cluster) -> None:
+    result = pause(redis_cluster, "serve")
     assert result.exit_code == 2
     assert "--token-file" in result.output
 
 
-def test_status_shows_each_breaker(world: Cluster) -> None:
+def test_status_shows_each_breaker(redis_cluster: Cluster) -> None:
     # Given a breaker that opened on a queue (its record written as a worker would)
     breaker = celery_pause.CircuitBreaker("smtp", fail_max=2, window=60, queues=["emails"])
 
-    @world.app.task(name="send_mail", base=celery_pause.BreakerTask, breaker=breaker, shared=False)
+    @redis_cluster.app.task(
+        name="send_mail", base=celery_pause.BreakerTask, breaker=breaker, shared=False
+    )
     def send_mail() -> None:
         """A task guarded by the breaker."""
 
     breaker.change(
-        store_for(world.app),
+        store_for(redis_cluster.app),
         lambda rec, now: rec.trip(now, 2, "ConnectionError()", breaker.policy, "h1"),
     )
 
     # Then status lists it, in text and JSON, with its state and failures
-    text = pause(world, "status")
+    text = pause(redis_cluster, "status")
     assert text.exit_code == 0, text.output
     assert "Breakers:" in text.output and "circuit smtp (queue emails): open" in text.output
-    [doc] = status_doc(world)["breakers"]
+    [doc] = status_doc(redis_cluster)["breakers"]
     assert (doc["name"], doc["state"], doc["queues"]) == ("smtp", "open", ["emails"])

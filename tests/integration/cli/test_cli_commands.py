@@ -38,13 +38,15 @@ def celery(cluster: Cluster, *args: str, **env: str) -> subprocess.CompletedProc
     )  # fmt: skip
 
 
-def test_pause_status_resume_through_celery(world: Cluster) -> None:
+def test_pause_status_resume_through_celery(redis_cluster: Cluster) -> None:
     # Given a live worker
-    worker = world.worker("w1")
+    worker = redis_cluster.worker("w1")
     worker.wait_applied()
 
     # When the operator pauses and waits
-    paused = celery(world, "pause", "--wait", "--reason", "Deploying v2.0", "--by", "alice@ops")
+    paused = celery(
+        redis_cluster, "pause", "--wait", "--reason", "Deploying v2.0", "--by", "alice@ops"
+    )
 
     # Then the pause is confirmed by that worker
     assert paused.returncode == 0, paused.stderr
@@ -52,49 +54,51 @@ def test_pause_status_resume_through_celery(world: Cluster) -> None:
     assert "Confirmed by 1 worker: nothing in scope is running." in paused.stdout
 
     # And status shows it, as text and as JSON
-    text = celery(world, "pause", "status")
+    text = celery(redis_cluster, "pause", "status")
     assert text.returncode == 0, text.stderr
     assert text.stdout.startswith("State: PAUSED (all queues) since ")
     assert '  hold  manual  on all queues  by alice@ops  "Deploying v2.0"' in text.stdout
-    assert f"  {worker.hostname}  paused  applied gen 1  running 0" in text.stdout
-    doc = json.loads(celery(world, "pause", "status", "--json").stdout)
+    assert f"  {worker.hostname}  paused  applied gen 1  running 0 (0 in scope)" in text.stdout
+    doc = json.loads(celery(redis_cluster, "pause", "status", "--json").stdout)
     assert (doc["state"], doc["generation"], doc["totals"]["paused"]) == ("PAUSED", 1, 1)
 
     # And a second pause is refused with exit 1 and the --force hint
-    again = celery(world, "pause")
+    again = celery(redis_cluster, "pause")
     assert again.returncode == 1
     assert "already paused" in again.stderr and "--force" in again.stderr
     assert "celery -A support.proj resume" in again.stderr
 
     # And a usage error exits 2 naming the option
-    usage = celery(world, "pause", "--force", "--resume-after", "whenever")
+    usage = celery(redis_cluster, "pause", "--force", "--resume-after", "whenever")
     assert usage.returncode == 2
     assert "--resume-after" in usage.stderr and "not a duration" in usage.stderr
 
     # When resumed, the worker applies it
-    resumed = celery(world, "resume")
+    resumed = celery(redis_cluster, "resume")
     assert resumed.returncode == 0, resumed.stderr
     assert "All queues flow again." in resumed.stdout
     worker.wait_applied(2)
-    assert celery_pause.status(world.app).paused.everything is False
+    assert celery_pause.status(redis_cluster.app).paused.everything is False
 
 
-def test_unreachable_store_through_celery_masks_the_password(world: Cluster) -> None:
-    result = celery(world, "pause", "status", PAUSE_TEST_STORE="redis://:hunter2@127.0.0.1:1/0")
+def test_unreachable_store_through_celery_masks_the_password(redis_cluster: Cluster) -> None:
+    result = celery(
+        redis_cluster, "pause", "status", PAUSE_TEST_STORE="redis://:hunter2@127.0.0.1:1/0"
+    )
     assert result.returncode == 1
     assert "redis://:**@127.0.0.1:1/0" in result.stderr
     assert "hunter2" not in result.stdout + result.stderr
     assert "Traceback" not in result.stderr
 
 
-def test_ctrl_c_while_waiting_keeps_the_pause(world: Cluster) -> None:
+def test_ctrl_c_while_waiting_keeps_the_pause(redis_cluster: Cluster) -> None:
     # Given a worker busy with a long task, and an operator waiting for the pause
-    worker = world.worker("w1")
+    worker = redis_cluster.worker("w1")
     worker.wait_applied()
-    world.send("long", 3.0)
-    world.wait_records(1)
+    redis_cluster.send("long", 3.0)
+    redis_cluster.wait_records(1)
     waiting = subprocess.Popen(
-        command("pause", "--wait"), cwd=ROOT, env=world.env(),
+        command("pause", "--wait"), cwd=ROOT, env=redis_cluster.env(),
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
     assert waiting.stdout is not None
@@ -114,18 +118,18 @@ def test_ctrl_c_while_waiting_keeps_the_pause(world: Cluster) -> None:
     # Then the command stops with 130, saying the pause stays, and it does
     assert waiting.returncode == 130, err
     assert "Stopped waiting. The pause stays in effect." in err
-    assert celery_pause.status(world.app).paused.everything
+    assert celery_pause.status(redis_cluster.app).paused.everything
 
 
-def test_wait_redraws_its_progress_in_place_on_a_terminal(world: Cluster) -> None:
+def test_wait_redraws_its_progress_in_place_on_a_terminal(redis_cluster: Cluster) -> None:
     # Given a worker busy with a task, and the command's output on a terminal
-    worker = world.worker("w1")
+    worker = redis_cluster.worker("w1")
     worker.wait_applied()
-    task_id = world.send("busy", 2.0)
-    world.wait_records(1)
+    task_id = redis_cluster.send("busy", 2.0)
+    redis_cluster.wait_records(1)
     controller, terminal = pty.openpty()
     waiting = subprocess.Popen(
-        command("pause", "--wait"), cwd=ROOT, env=world.env(),
+        command("pause", "--wait"), cwd=ROOT, env=redis_cluster.env(),
         stdin=subprocess.DEVNULL, stdout=terminal, stderr=terminal,
     )  # fmt: skip
     os.close(terminal)
@@ -154,15 +158,15 @@ def test_wait_redraws_its_progress_in_place_on_a_terminal(world: Cluster) -> Non
     assert text.rstrip().endswith("Confirmed by 1 worker: nothing in scope is running.")
 
 
-def test_a_ramped_resume_through_celery(world: Cluster) -> None:
+def test_a_ramped_resume_through_celery(redis_cluster: Cluster) -> None:
     # Given queue a paused, with a worker on it
-    worker = world.worker("w1", queues=[world.queue("a")])
+    worker = redis_cluster.worker("w1", queues=[redis_cluster.queue("a")])
     worker.wait_applied()
-    queue = world.queue("a")
-    assert celery(world, "pause", "-Q", queue).returncode == 0
+    queue = redis_cluster.queue("a")
+    assert celery(redis_cluster, "pause", "-Q", queue).returncode == 0
 
     # When the operator resumes it over ten minutes
-    resumed = celery(world, "resume", "-Q", queue, "--ramp", "10m")
+    resumed = celery(redis_cluster, "resume", "-Q", queue, "--ramp", "10m")
 
     # Then the resume says so, status shows the ramp, and the worker applies it
     assert resumed.returncode == 0, resumed.stderr
@@ -170,20 +174,20 @@ def test_a_ramped_resume_through_celery(world: Cluster) -> None:
         resumed.stdout
     )
     assert f"Queue {queue} flows again." in resumed.stdout
-    text = celery(world, "pause", "status").stdout
+    text = celery(redis_cluster, "pause", "status").stdout
     assert "Ramping (a pause wins at once):" in text
     assert f"  queue {queue}: 0% through a ramp of 10 minutes, at 0." in text
-    (ramp,) = json.loads(celery(world, "pause", "status", "--json").stdout)["ramps"]
+    (ramp,) = json.loads(celery(redis_cluster, "pause", "status", "--json").stdout)["ramps"]
     scope = [{"queues": [queue], "tasks": None, "workers": None}]
     assert (ramp["scope"], ramp["duration"], ramp["sharers"]) == (scope, 600.0, 1)
     assert 0 <= ramp["progress"] < 0.05 and ramp["rate"] < 5
     worker.wait_applied(2)
 
     # And a ramp longer than a day, or on a queue that flows, is refused; nothing changes
-    too_long = celery(world, "resume", "-Q", queue, "--ramp", "2d")
-    flowing = celery(world, "resume", "-Q", queue, "--ramp", "1m")
+    too_long = celery(redis_cluster, "resume", "-Q", queue, "--ramp", "2d")
+    flowing = celery(redis_cluster, "resume", "-Q", queue, "--ramp", "1m")
     assert too_long.returncode == 2 and "at most a day (86400 s), got 172800 s" in too_long.stderr
     assert flowing.returncode == 2 and f"nothing to ramp: queue {queue} is not paused" in (
         flowing.stderr
     )
-    assert celery_pause.status(world.app).state.generation == 2
+    assert celery_pause.status(redis_cluster.app).state.generation == 2

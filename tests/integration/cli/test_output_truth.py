@@ -11,12 +11,13 @@ import pytest
 
 import celery_pause
 from celery_pause import cli
+from celery_pause.model.outcome import Outcome
 from celery_pause.model.scope import Scope
 from celery_pause.model.state import Hold
 from celery_pause.stores import store_for
+from support.cli import invoke, pause
 from support.harness import Cluster
 from support.proj import make_app
-from tests.integration.cli.test_cli import invoke, pause
 
 FORGED = "x\x1b[2J\nState: RUNNING"
 
@@ -31,29 +32,31 @@ FORGED = "x\x1b[2J\nState: RUNNING"
     ],
     ids=["queue", "task", "worker", "operator"],
 )
-def test_a_name_with_a_control_character_is_refused(world: Cluster, args: list[str]) -> None:
+def test_a_name_with_a_control_character_is_refused(
+    redis_cluster: Cluster, args: list[str]
+) -> None:
     # When an operator pauses with a name holding a control or other non-printable character
-    result = pause(world, *args)
+    result = pause(redis_cluster, *args)
 
     # Then it is a usage error that shows the name escaped, and nothing is written
     assert result.exit_code == 2, result.output
     assert "printable" in result.output
     assert "\x1b" not in result.output and "\x07" not in result.output
-    assert celery_pause.status(world.app).holds == ()
+    assert celery_pause.status(redis_cluster.app).holds == ()
 
 
-def test_status_escapes_what_the_store_holds(world: Cluster) -> None:
+def test_status_escapes_what_the_store_holds(redis_cluster: Cluster) -> None:
     # Given a hold written into the store by something that did not check its text
     hostile = Hold(
         scope=Scope.of([FORGED]), reason="deploy\x1b[1A\rState: RUNNING", paused_by="m\x1b[31m"
     )
-    store_for(world.app).update(
-        lambda state, now: state.with_holds([replace(hostile, paused_at=now)])
+    store_for(redis_cluster.app).update(
+        lambda state, now: Outcome(state.with_holds([replace(hostile, paused_at=now)]), None)
     )
 
     # When the status is shown as text and as JSON
-    text = pause(world, "status")
-    doc = pause(world, "status", "--json")
+    text = pause(redis_cluster, "status")
+    doc = pause(redis_cluster, "status", "--json")
 
     # Then no control character reaches the terminal: each is written as its escape
     for output in (text.output, doc.output):
@@ -89,10 +92,12 @@ def test_a_memory_store_is_refused_by_the_cli_and_serve(tmp_path: Path) -> None:
     ],
     ids=["resume_after", "resume_at"],
 )
-def test_absurd_times_are_refused(world: Cluster, options: dict[str, float], expected: str) -> None:
+def test_absurd_times_are_refused(
+    redis_cluster: Cluster, options: dict[str, float], expected: str
+) -> None:
     # When a pause is asked to resume after a trillion seconds, or in the year 1e292
     with pytest.raises(celery_pause.InvalidInput, match=expected):
-        celery_pause.pause(world.app, **options)  # type: ignore[arg-type]
+        celery_pause.pause(redis_cluster.app, **options)  # type: ignore[arg-type]
 
     # Then nothing was written
-    assert celery_pause.status(world.app).holds == ()
+    assert celery_pause.status(redis_cluster.app).holds == ()

@@ -19,13 +19,13 @@ from celery_pause.history import CANCEL, history
 from celery_pause.model.scope import Scope
 from celery_pause.model.state import Hold
 from celery_pause.stores import store_for
+from support.admin import AUTH, admin_server
+from support.cli import invoke, pause, resume, status_doc
 from support.harness import Cluster
+from support.probes import StandIn, get
+from support.probes import view as probe_view
 from support.proj import make_app
 from support.webclient import call
-from tests.integration.cli.test_cli import invoke, pause, resume, status_doc
-from tests.integration.http.test_admin import AUTH, admin_server
-from tests.unit.breaker.test_probe_logic import StandIn, get
-from tests.unit.breaker.test_probe_logic import view as probe_view
 
 
 def ahead(hours: float) -> str:
@@ -33,64 +33,72 @@ def ahead(hours: float) -> str:
     return (datetime.now() + timedelta(hours=hours)).replace(microsecond=0).isoformat()
 
 
-def windowed(world: Cluster, *windows: dict[str, Any], **conf: Any) -> Celery:
-    """An app of ``world``'s namespace with ``pause_windows`` set."""
+def windowed(redis_cluster: Cluster, *windows: dict[str, Any], **conf: Any) -> Celery:
+    """An app of ``redis_cluster``'s namespace with ``pause_windows`` set."""
     return make_app(
-        namespace=world.namespace,
-        broker=world.broker,
-        store=world.store_url,
+        namespace=redis_cluster.namespace,
+        broker=redis_cluster.broker,
+        store=redis_cluster.store_url,
         pause_windows=list(windows),
         **conf,
     )
 
 
 def test_a_scheduled_pause_is_shown_kept_by_a_scope_resume_and_cancelled_by_id(
-    world: Cluster,
+    redis_cluster: Cluster,
 ) -> None:
     # When a pause is scheduled for tomorrow, for an hour, with beat skipping
     start = ahead(24)
     done = pause(
-        world, "-Q", "reports", "--start-at", start, "--resume-after", "1h", "--beat", "skip"
+        redis_cluster,
+        "-Q",
+        "reports",
+        "--start-at",
+        start,
+        "--resume-after",
+        "1h",
+        "--beat",
+        "skip",
     )
     assert done.exit_code == 0, done.output
     assert "Scheduled a pause of queue reports from " in done.stdout
     assert "Beat skips the periodic tasks" in done.stdout
 
     # Then nothing is paused yet, and status shows it as scheduled, with its id
-    doc = status_doc(world)
+    doc = status_doc(redis_cluster)
     (hold,) = doc["scheduled"]
     assert (doc["state"], doc["holds"]) == ("RUNNING", [])
     assert hold["queues"] == ["reports"] and hold["beat"] == "skip"
     assert hold["resume_at"] - hold["start_at"] == 3600
     assert hold["start_at"] == datetime.fromisoformat(start).astimezone().timestamp()
-    text = pause(world, "status").stdout
+    text = pause(redis_cluster, "status").stdout
     assert "Scheduled (cancel one with `resume --hold ID`):" in text
     assert f"lasts 1 hour  beat skips  id {hold['id']}" in text
 
     # When the queue is resumed by scope, Then the scheduled pause stays
-    kept = resume(world, "-Q", "reports")
+    kept = resume(redis_cluster, "-Q", "reports")
     assert kept.exit_code == 0 and "Still scheduled" in kept.stdout
-    assert len(status_doc(world)["scheduled"]) == 1
+    assert len(status_doc(redis_cluster)["scheduled"]) == 1
 
     # When it is cancelled by its id, Then it is gone, and the history says so
-    cancelled = resume(world, "--hold", hold["id"])
+    cancelled = resume(redis_cluster, "--hold", hold["id"])
     assert cancelled.exit_code == 0, cancelled.output
     assert "before it started" in cancelled.stdout
-    assert status_doc(world)["scheduled"] == []
-    assert [e.action for e in history(world.app)][:2] == [CANCEL, "pause"]
+    assert status_doc(redis_cluster)["scheduled"] == []
+    assert [e.action for e in history(redis_cluster.app)][:2] == [CANCEL, "pause"]
 
 
-def test_scheduled_pauses_conflict_only_when_they_overlap_in_time(world: Cluster) -> None:
+def test_scheduled_pauses_conflict_only_when_they_overlap_in_time(redis_cluster: Cluster) -> None:
     # Given a maintenance pause scheduled from tomorrow for an hour
-    now = store_for(world.app).now()
-    celery_pause.pause(world.app, queues=["q"], start_at=now + 86400, resume_after=3600)
+    now = store_for(redis_cluster.app).now()
+    celery_pause.pause(redis_cluster.app, queues=["q"], start_at=now + 86400, resume_after=3600)
 
     # When an hour's pause of the same queue starts now, Then both are recorded
-    celery_pause.pause(world.app, queues=["q"], resume_after=3600)
+    celery_pause.pause(redis_cluster.app, queues=["q"], resume_after=3600)
     # When an open-ended one is asked for, Then it overlaps the scheduled one: refused
     with pytest.raises(AlreadyPaused):
-        celery_pause.pause(world.app, queues=["q"])
-    status = celery_pause.status(world.app)
+        celery_pause.pause(redis_cluster.app, queues=["q"])
+    status = celery_pause.status(redis_cluster.app)
     assert (len(status.holds), len(status.scheduled)) == (1, 1)
 
 
@@ -103,27 +111,27 @@ def test_scheduled_pauses_conflict_only_when_they_overlap_in_time(world: Cluster
     ],
 )
 def test_bad_schedules_are_usage_errors_that_change_nothing(
-    world: Cluster, args: tuple[str, ...], message: str
+    redis_cluster: Cluster, args: tuple[str, ...], message: str
 ) -> None:
-    done = pause(world, *args)
+    done = pause(redis_cluster, *args)
     assert done.exit_code == 2 and message in done.output
-    assert status_doc(world)["generation"] == 0
+    assert status_doc(redis_cluster)["generation"] == 0
 
 
-def test_the_api_judges_start_times_by_the_store_clock(world: Cluster) -> None:
-    now = store_for(world.app).now()
+def test_the_api_judges_start_times_by_the_store_clock(redis_cluster: Cluster) -> None:
+    now = store_for(redis_cluster.app).now()
     with pytest.raises(InvalidInput, match=r"start_at .* is not in the future"):
-        celery_pause.pause(world.app, start_at=now - 1)
+        celery_pause.pause(redis_cluster.app, start_at=now - 1)
     with pytest.raises(InvalidInput, match="is not after start_at"):
-        celery_pause.pause(world.app, start_at=now + 60, resume_at=now + 30)
+        celery_pause.pause(redis_cluster.app, start_at=now + 60, resume_at=now + 30)
     with pytest.raises(InvalidInput, match="beat must be"):
-        celery_pause.pause(world.app, beat="later")
-    assert celery_pause.status(world.app).state.generation == 0
+        celery_pause.pause(redis_cluster.app, beat="later")
+    assert celery_pause.status(redis_cluster.app).state.generation == 0
 
 
-def test_resume_by_id_refuses_what_it_cannot_find(world: Cluster) -> None:
-    assert resume(world, "--hold", "nope").exit_code == 2
-    done = resume(world, "--hold", "abc", "-Q", "q")
+def test_resume_by_id_refuses_what_it_cannot_find(redis_cluster: Cluster) -> None:
+    assert resume(redis_cluster, "--hold", "nope").exit_code == 2
+    done = resume(redis_cluster, "--hold", "abc", "-Q", "q")
     assert done.exit_code == 2 and "without -Q" in done.output
 
 
@@ -138,12 +146,14 @@ NIGHTLY = {
 }
 
 
-def test_a_window_shows_its_next_occurrence_and_an_operator_can_skip_it(world: Cluster) -> None:
+def test_a_window_shows_its_next_occurrence_and_an_operator_can_skip_it(
+    redis_cluster: Cluster,
+) -> None:
     # Given a daily window for an hour, starting three hours from now (UTC, on the hour)
-    now = store_for(world.app).now()
+    now = store_for(redis_cluster.app).now()
     moment = datetime.fromtimestamp(now, tz=timezone.utc) + timedelta(hours=3)
     first = moment.replace(minute=0, second=0, microsecond=0).timestamp()
-    app = windowed(world, {**NIGHTLY, "schedule": crontab(hour=moment.hour, minute=0)})
+    app = windowed(redis_cluster, {**NIGHTLY, "schedule": crontab(hour=moment.hour, minute=0)})
 
     # Then status shows it, and its next occurrence as a scheduled hold
     doc = json.loads(invoke(app, celery_pause.cli.pause, "status", "--json").stdout)
@@ -202,21 +212,21 @@ class NeverFires:
     ],
 )
 def test_unusable_windows_are_refused_with_exit_code_2(
-    world: Cluster, windows: list[dict[str, Any]], message: str
+    redis_cluster: Cluster, windows: list[dict[str, Any]], message: str
 ) -> None:
-    app = windowed(world, *windows)
+    app = windowed(redis_cluster, *windows)
     with pytest.raises(InvalidWindow) as caught:
         celery_pause.status(app)
     assert message in str(caught.value)
     done = invoke(app, celery_pause.cli.pause, "-Q", "x")
     assert done.exit_code == 2 and message in done.output
-    assert celery_pause.status(world.app).state.generation == 0
+    assert celery_pause.status(redis_cluster.app).state.generation == 0
 
 
-def test_windows_that_never_meet_may_differ_in_beat(world: Cluster) -> None:
+def test_windows_that_never_meet_may_differ_in_beat(redis_cluster: Cluster) -> None:
     # Given two windows on one queue, at 02:00 and at 14:00, skipping and queueing
     evening = {**NIGHTLY, "name": "evening", "schedule": crontab(hour=14, minute=0)}
-    app = windowed(world, NIGHTLY, {**evening, "beat": "queue"})
+    app = windowed(redis_cluster, NIGHTLY, {**evening, "beat": "queue"})
     # Then both are accepted
     assert [w.window.name for w in celery_pause.api.document.overview(app).windows] == [
         "nightly",
@@ -224,8 +234,10 @@ def test_windows_that_never_meet_may_differ_in_beat(world: Cluster) -> None:
     ]
 
 
-def test_a_period_schedule_counts_from_the_epoch(world: Cluster) -> None:
-    app = windowed(world, {"name": "tenth", "schedule": schedule(run_every=600), "duration": 60})
+def test_a_period_schedule_counts_from_the_epoch(redis_cluster: Cluster) -> None:
+    app = windowed(
+        redis_cluster, {"name": "tenth", "schedule": schedule(run_every=600), "duration": 60}
+    )
     status = celery_pause.status(app)
     (upcoming,) = status.scheduled
     assert upcoming.began % 600 == 0 and upcoming.began - status.now <= 600
@@ -233,9 +245,9 @@ def test_a_period_schedule_counts_from_the_epoch(world: Cluster) -> None:
 
 
 # -- the admin API and the metrics -------------------------------------------------------
-def test_the_admin_api_schedules_shows_and_cancels_a_pause(world: Cluster) -> None:
+def test_the_admin_api_schedules_shows_and_cancels_a_pause(redis_cluster: Cluster) -> None:
     # Given the admin API
-    with admin_server(world.app) as url:
+    with admin_server(redis_cluster.app) as url:
         # When a pause is scheduled over HTTP with beat skipping
         start = datetime.now(timezone.utc) + timedelta(hours=2)
         body = {"queues": "reports", "start_at": start.isoformat(), "beat": "skip"}
@@ -275,17 +287,20 @@ def test_metrics_count_scheduled_holds_by_source() -> None:
     assert 55 < float(line.split()[-1]) <= 60
 
 
-def test_the_beat_default_setting_applies_to_pauses_and_is_checked(world: Cluster) -> None:
+def test_the_beat_default_setting_applies_to_pauses_and_is_checked(redis_cluster: Cluster) -> None:
     app = make_app(
-        namespace=world.namespace,
-        broker=world.broker,
-        store=world.store_url,
+        namespace=redis_cluster.namespace,
+        broker=redis_cluster.broker,
+        store=redis_cluster.store_url,
         pause_beat_default="skip",
     )
     assert celery_pause.pause(app, queues=["q"]).hold.beat == "skip"
     assert celery_pause.pause(app, queues=["r"], beat="queue").hold.beat == "queue"
     wrong = make_app(
-        namespace=world.namespace, broker=world.broker, store=world.store_url, pause_beat_default=1
+        namespace=redis_cluster.namespace,
+        broker=redis_cluster.broker,
+        store=redis_cluster.store_url,
+        pause_beat_default=1,
     )
     with pytest.raises(ConfigurationError, match="pause_beat_default must be 'queue' or 'skip'"):
         celery_pause.status(wrong)

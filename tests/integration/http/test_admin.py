@@ -7,7 +7,6 @@ import signal
 import subprocess
 import sys
 from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -17,37 +16,21 @@ from click.testing import CliRunner
 
 import celery_pause
 from celery_pause.cli.serve import serve
-from celery_pause.http.admin import make_admin_app
-from celery_pause.http.server import MAX_BODY, Server
+from celery_pause.http.server import MAX_BODY
+from support.admin import AUTH, TOKEN, admin_server
 from support.harness import ROOT, Cluster
 from support.webclient import call
 
-TOKEN = "s3cret-token-for-the-admin-api"
-AUTH = {"Authorization": f"Bearer {TOKEN}"}
-
-
-@contextmanager
-def admin_server(app: Celery, token: str | None = TOKEN) -> Iterator[str]:
-    """The admin API for ``app`` on a free loopback port; yields its base URL."""
-    server = Server(
-        make_admin_app(app, token=None if token is None else token.encode()),
-        "127.0.0.1",
-        0,
-        name="test-admin",
-    ).start()
-    try:
-        yield server.url
-    finally:
-        server.close()
-
 
 @pytest.fixture
-def admin(world: Cluster) -> Iterator[str]:
-    with admin_server(world.app) as url:
+def admin(redis_cluster: Cluster) -> Iterator[str]:
+    with admin_server(redis_cluster.app) as url:
         yield url
 
 
-def test_every_endpoint_refuses_a_missing_or_wrong_token(world: Cluster, admin: str) -> None:
+def test_every_endpoint_refuses_a_missing_or_wrong_token(
+    redis_cluster: Cluster, admin: str
+) -> None:
     # Given an admin API with a token
     attempts = [
         {},
@@ -70,22 +53,25 @@ def test_every_endpoint_refuses_a_missing_or_wrong_token(world: Cluster, admin: 
             assert reply.status == 401, (headers, reply)
             assert reply.headers["WWW-Authenticate"].startswith("Bearer")
             assert "Bearer" in reply.json()["error"]
-    assert not celery_pause.status(world.app).paused
-    assert celery_pause.history(world.app) == []
+    assert not celery_pause.status(redis_cluster.app).paused
+    assert celery_pause.history(redis_cluster.app) == []
 
     # ... while the right token is let in
     assert call(admin + "/status", headers=AUTH).status == 200
 
 
-def test_pause_status_and_resume_over_http(world: Cluster, admin: str) -> None:
+def test_pause_status_and_resume_over_http(redis_cluster: Cluster, admin: str) -> None:
     # Given a running cluster, three tasks waiting in its queue
     for n in range(3):
-        world.send(f"waiting{n}")
+        redis_cluster.send(f"waiting{n}")
     doc = call(admin + "/status", headers=AUTH).json()
     assert (doc["state"], doc["holds"], doc["history"]) == ("RUNNING", [], [])
-    assert {"name": world.queue(), "waiting": 3, "paused": False, "partly_paused": False} in doc[
-        "queues"
-    ]
+    assert {
+        "name": redis_cluster.queue(),
+        "waiting": 3,
+        "paused": False,
+        "partly_paused": False,
+    } in doc["queues"]
 
     # When one queue is paused with the CLI's option names
     reply = call(
@@ -166,7 +152,7 @@ def test_pause_status_and_resume_over_http(world: Cluster, admin: str) -> None:
     ],
 )
 def test_bad_input_gets_a_clear_error_and_changes_nothing(
-    world: Cluster, admin: str, path: str, body: bytes, status: int, says: str
+    redis_cluster: Cluster, admin: str, path: str, body: bytes, status: int, says: str
 ) -> None:
     # When a bad body is posted
     headers = {**AUTH, "Content-Type": "application/json"}
@@ -175,17 +161,17 @@ def test_bad_input_gets_a_clear_error_and_changes_nothing(
     # Then the error says what is wrong, and the state is untouched
     assert reply.status == status
     assert says in reply.json()["error"]
-    assert not celery_pause.status(world.app).paused
+    assert not celery_pause.status(redis_cluster.app).paused
 
 
-def test_wrong_methods_types_and_paths(world: Cluster, admin: str) -> None:
+def test_wrong_methods_types_and_paths(redis_cluster: Cluster, admin: str) -> None:
     # When a form post (a browser's cross-site default) reaches /pause
     form = {**AUTH, "Content-Type": "application/x-www-form-urlencoded"}
     reply = call(admin + "/pause", method="POST", raw=b"reason=x", headers=form)
 
     # Then it is refused: only JSON bodies are accepted
     assert reply.status == 415
-    assert not celery_pause.status(world.app).paused
+    assert not celery_pause.status(redis_cluster.app).paused
 
     # And wrong methods and paths say what exists
     assert call(admin + "/pause", headers=AUTH).status == 405
@@ -207,9 +193,9 @@ def test_the_page_is_served_without_state_and_with_a_strict_policy(admin: str) -
     assert b"textContent" in script.body and b"innerHTML" not in script.body
 
 
-def test_without_a_token_only_loopback_host_names_are_answered(world: Cluster) -> None:
+def test_without_a_token_only_loopback_host_names_are_answered(redis_cluster: Cluster) -> None:
     # Given an admin API started without authentication (loopback only)
-    with admin_server(world.app, token=None) as url:
+    with admin_server(redis_cluster.app, token=None) as url:
         port = url.rsplit(":", 1)[1]
 
         # When a request names this machine, Then it is answered
@@ -219,7 +205,7 @@ def test_without_a_token_only_loopback_host_names_are_answered(world: Cluster) -
         # When a page rebinds its own name to 127.0.0.1, Then it is refused
         evil = call(url + "/pause", method="POST", body={}, headers={"Host": "evil.example"})
         assert evil.status == 403
-        assert not celery_pause.status(world.app).paused
+        assert not celery_pause.status(redis_cluster.app).paused
 
 
 def cli_context(app: Celery) -> CLIContext:
@@ -237,7 +223,7 @@ def cli_context(app: Celery) -> CLIContext:
     ],
 )
 def test_serve_refuses_to_start_without_safe_authentication(
-    world: Cluster, tmp_path: Path, args: list[str], says: str
+    redis_cluster: Cluster, tmp_path: Path, args: list[str], says: str
 ) -> None:
     # Given token files: a missing one, a short one and a good one
     files = {"missing": tmp_path / "missing", "short": tmp_path / "short", "good": tmp_path / "ok"}
@@ -246,14 +232,14 @@ def test_serve_refuses_to_start_without_safe_authentication(
 
     # When serve is started with unsafe or broken authentication
     argv = [arg.format(**files) for arg in args]
-    result = CliRunner().invoke(serve, argv, obj=cli_context(world.app))
+    result = CliRunner().invoke(serve, argv, obj=cli_context(redis_cluster.app))
 
     # Then it refuses with a usage error that says why
     assert result.exit_code == 2, result.output
     assert says in result.output
 
 
-def test_celery_pause_serve_runs_until_terminated(world: Cluster, tmp_path: Path) -> None:
+def test_celery_pause_serve_runs_until_terminated(redis_cluster: Cluster, tmp_path: Path) -> None:
     # Given a token file and the serve command in Celery's own command line
     token_file = tmp_path / "token"
     token_file.write_text(TOKEN + "\n")
@@ -267,9 +253,9 @@ def test_celery_pause_serve_runs_until_terminated(world: Cluster, tmp_path: Path
     )
     env = {
         **os.environ,
-        "PAUSE_TEST_NAMESPACE": world.namespace,
-        "PAUSE_TEST_BROKER": world.broker,
-        "PAUSE_TEST_STORE": world.store_url,
+        "PAUSE_TEST_NAMESPACE": redis_cluster.namespace,
+        "PAUSE_TEST_BROKER": redis_cluster.broker,
+        "PAUSE_TEST_STORE": redis_cluster.store_url,
         "PYTHONPATH": str(ROOT),
     }
     argv = [sys.executable, "-c", script, "-A", "support.proj", "serve", "--port", "0"]
@@ -289,7 +275,7 @@ def test_celery_pause_serve_runs_until_terminated(world: Cluster, tmp_path: Path
         url = banner.split(" on ", 1)[1].split("/ ", 1)[0]
         reply = call(url + "/status", headers=AUTH)
         assert reply.status == 200
-        assert reply.json()["store"] == celery_pause.status(world.app).store
+        assert reply.json()["store"] == celery_pause.status(redis_cluster.app).store
         assert call(url + "/status").status == 401
 
         # When it is terminated, Then it stops cleanly

@@ -11,9 +11,9 @@ from collections.abc import Iterator
 import pytest
 
 import celery_pause
+from support.admin import AUTH, admin_server
 from support.harness import Cluster, wait_for
 from support.webclient import call, metric
-from tests.integration.http.test_admin import AUTH, admin_server
 
 
 @pytest.fixture

@@ -14,9 +14,9 @@ from celery.schedules import crontab
 
 import celery_pause
 from celery_pause.model.scope import Target
+from support.admin import TOKEN, admin_server
 from support.harness import Cluster
 from support.proj import make_app
-from tests.integration.http.test_admin import TOKEN, admin_server
 
 CHROMIUM_ARGS = [
     "--headless",
@@ -60,14 +60,14 @@ def page(tmp_path: Path) -> Iterator[Any]:
 
 
 def test_the_status_page_pauses_and_resumes_the_cluster(
-    world: Cluster, page: Any, tmp_path: Path
+    redis_cluster: Cluster, page: Any, tmp_path: Path
 ) -> None:
     from playwright.sync_api import expect
 
     # Given a running worker and the admin API with a token
-    worker = world.worker("w1")
+    worker = redis_cluster.worker("w1")
     worker.wait_applied()
-    with admin_server(world.app) as url:
+    with admin_server(redis_cluster.app) as url:
         # When the page is opened without the token, Then it asks for it
         page.goto(url + "/")
         expect(page.locator("#message")).to_contain_text("admin token", timeout=WAIT_MS)
@@ -77,7 +77,7 @@ def test_the_status_page_pauses_and_resumes_the_cluster(
         page.click("#token-button")
         expect(page.locator("#state")).to_have_text("RUNNING", timeout=WAIT_MS)
         expect(page.locator("#workers")).to_contain_text(worker.hostname, timeout=WAIT_MS)
-        expect(page.locator("#queues")).to_contain_text(world.queue(), timeout=WAIT_MS)
+        expect(page.locator("#queues")).to_contain_text(redis_cluster.queue(), timeout=WAIT_MS)
 
         # When the pause form is sent
         page.fill("#pause-reason", "browser maintenance")
@@ -89,7 +89,7 @@ def test_the_status_page_pauses_and_resumes_the_cluster(
         expect(page.locator("#holds")).to_contain_text("browser maintenance", timeout=WAIT_MS)
         expect(page.locator("#history")).to_contain_text("eve@ops", timeout=WAIT_MS)
         # ... and, once it refreshes itself, the worker that applied the pause
-        paused = celery_pause.status(world.app)
+        paused = celery_pause.status(redis_cluster.app)
         assert paused.paused.everything
         worker.wait_applied(paused.state.generation)
         expect(page.locator("#workers")).to_contain_text("all queues", timeout=WAIT_MS)
@@ -103,28 +103,28 @@ def test_the_status_page_pauses_and_resumes_the_cluster(
         expect(page.locator("#state")).to_have_text("RUNNING", timeout=WAIT_MS)
         expect(page.locator("#message")).to_contain_text("flow again", timeout=WAIT_MS)
         expect(page.locator("#history tbody tr").first).to_contain_text("resume")
-        assert not celery_pause.status(world.app).paused
+        assert not celery_pause.status(redis_cluster.app).paused
 
         # When one task type is paused through the form, Then the hold shows its tasks
         page.fill("#pause-tasks", "proj.billing.*")
         page.click("#pause-button")
         expect(page.locator("#state")).to_have_text("PARTIAL", timeout=WAIT_MS)
         expect(page.locator("#holds")).to_contain_text("tasks proj.billing.*", timeout=WAIT_MS)
-        (hold,) = celery_pause.status(world.app).holds
+        (hold,) = celery_pause.status(redis_cluster.app).holds
         assert hold.scope.rule.tasks == {"proj.billing.*"}
 
 
 def test_the_status_page_schedules_and_cancels_a_pause_and_shows_windows(
-    world: Cluster, page: Any
+    redis_cluster: Cluster, page: Any
 ) -> None:
     from playwright.sync_api import expect
 
     # Given an app with a maintenance window, and its status page
     window = {"name": "nightly", "schedule": crontab(hour=2, minute=0), "duration": 3600}
     app = make_app(
-        namespace=world.namespace,
-        broker=world.broker,
-        store=world.store_url,
+        namespace=redis_cluster.namespace,
+        broker=redis_cluster.broker,
+        store=redis_cluster.store_url,
         pause_windows=[{**window, "queues": ["reports"], "beat": "skip"}],
     )
     with admin_server(app) as url:
@@ -157,12 +157,14 @@ def test_the_status_page_schedules_and_cancels_a_pause_and_shows_windows(
         expect(page.locator("#scheduled")).not_to_contain_text("emails", timeout=WAIT_MS)
 
 
-def test_the_status_page_resumes_with_a_ramp_and_shows_it(world: Cluster, page: Any) -> None:
+def test_the_status_page_resumes_with_a_ramp_and_shows_it(
+    redis_cluster: Cluster, page: Any
+) -> None:
     from playwright.sync_api import expect
 
     # Given queue emails paused, and the status page
-    celery_pause.pause(world.app, queues=["emails"])
-    with admin_server(world.app) as url:
+    celery_pause.pause(redis_cluster.app, queues=["emails"])
+    with admin_server(redis_cluster.app) as url:
         page.goto(url + "/")
         page.fill("#token", TOKEN)
         page.click("#token-button")
@@ -179,13 +181,13 @@ def test_the_status_page_resumes_with_a_ramp_and_shows_it(world: Cluster, page: 
         row = page.locator("#ramps tbody tr")
         expect(row).to_contain_text("emails", timeout=WAIT_MS)
         expect(row).to_contain_text("manual")
-        (ramp,) = celery_pause.status(world.app).ramps
+        (ramp,) = celery_pause.status(redis_cluster.app).ramps
         assert (ramp.duration, ramp.scope.describe()) == (600.0, "queue emails")
 
         # And a bad ramp is refused with the reason, changing nothing
-        celery_pause.pause(world.app, queues=["emails"])
+        celery_pause.pause(redis_cluster.app, queues=["emails"])
         page.fill("#resume-queues", "emails")
         page.fill("#resume-ramp", "2d")
         page.click("#resume-button")
         expect(page.locator("#message")).to_contain_text("at most a day", timeout=WAIT_MS)
-        assert celery_pause.status(world.app).paused.covers(Target(queue="emails"))
+        assert celery_pause.status(redis_cluster.app).paused.covers(Target(queue="emails"))

@@ -25,10 +25,10 @@ from celery_pause.settings import config_for
 from celery_pause.stores import store_for
 from celery_pause.stores.sentinel import SentinelStore
 from support.harness import REDIS_BROKER, Cluster, wait_for
+from support.observe import stays_quiet
 from support.proj import make_app
 from support.sentinel import MASTER, SentinelSetup
 from support.services import require
-from tests.integration.worker.test_pause_holds import stays_quiet
 
 SECRET = "s3cret-" + uuid.uuid4().hex
 

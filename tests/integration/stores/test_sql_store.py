@@ -24,9 +24,9 @@ from celery_pause.stores import open_store
 from celery_pause.stores.sql.schema import SCHEMA_VERSION
 from celery_pause.stores.sql.store import SqlStore
 from support.harness import AMQP_BROKER, REDIS_BROKER, ROOT, Cluster, free_port, wait_for
+from support.observe import stays_quiet
 from support.services import require
 from support.stores import MARIADB_STORE, POSTGRESQL_STORE
-from tests.integration.worker.test_pause_holds import stays_quiet
 
 SECRET = "s3cret-" + uuid.uuid4().hex
 

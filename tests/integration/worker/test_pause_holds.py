@@ -14,24 +14,7 @@ from celery_pause.model.scope import EVERYTHING
 from celery_pause.model.state import Hold, PauseState
 from celery_pause.stores import store_for
 from support.harness import Cluster, Worker, wait_for
-
-
-def held(worker: Worker) -> int:
-    return worker.wait_applied().held
-
-
-def scheduled(cluster: Cluster, worker: Worker) -> int:
-    replies = cluster.app.control.inspect([worker.hostname], timeout=1).scheduled() or {}
-    return len(replies.get(worker.hostname, []))
-
-
-def stays_quiet(cluster: Cluster, since: float, seconds: float) -> None:
-    """Watch for ``seconds``: fail at the first task that starts after ``since``."""
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        started = cluster.started_between(since, float("inf"))
-        assert not started, f"tasks started while paused: {started}"
-        time.sleep(0.05)
+from support.observe import held, scheduled, stays_quiet
 
 
 def test_nothing_starts_while_paused_even_prefetched_eta_or_after_restart(cluster: Cluster) -> None:

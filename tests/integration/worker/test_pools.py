@@ -26,9 +26,9 @@ from celery_pause import api
 from celery_pause.api.document import overview
 from celery_pause.cli.render import status_lines
 from support.harness import AMQP_BROKER, REDIS_BROKER, Cluster, Worker, wait_for
+from support.observe import held, scheduled, stays_quiet
 from support.services import require
 from support.webclient import call, metric, probe_url
-from tests.integration.worker.test_pause_holds import held, scheduled, stays_quiet
 
 
 @dataclass(frozen=True)
@@ -126,9 +126,9 @@ def cell(request: pytest.FixtureRequest) -> Cell:
 @pytest.fixture
 def pool_cluster(cell: Cell, tmp_path: Path) -> Iterator[Cluster]:
     broker = AMQP_BROKER if cell.broker == "amqp" else REDIS_BROKER
-    world = Cluster(broker=broker, tmp=tmp_path, **cell.conf)
-    yield world
-    world.close()
+    cluster = Cluster(broker=broker, tmp=tmp_path, **cell.conf)
+    yield cluster
+    cluster.close()
 
 
 def start(cluster: Cluster, cell: Cell) -> Worker:
@@ -204,25 +204,25 @@ def test_nothing_in_a_paused_scope_starts_on_any_pool(pool_cluster: Cluster, cel
     assert first - resumed_at < 1.0, f"held tasks started {first - resumed_at:.2f}s after resume"
 
 
-def test_wait_names_only_tasks_really_running_on_threads(world: Cluster) -> None:
+def test_wait_names_only_tasks_really_running_on_threads(redis_cluster: Cluster) -> None:
     # Given a threads worker (concurrency 2) running two long tasks, six more in its pool
-    worker = world.worker("w1", pool="threads", concurrency=2)
+    worker = redis_cluster.worker("w1", pool="threads", concurrency=2)
     worker.wait_applied()
-    long = [world.send(f"long{i}", 2.0) for i in range(2)]
-    world.wait_records(2)
-    short = [world.send(f"s{i}") for i in range(6)]
+    long = [redis_cluster.send(f"long{i}", 2.0) for i in range(2)]
+    redis_cluster.wait_records(2)
+    short = [redis_cluster.send(f"s{i}") for i in range(6)]
 
     def reserved() -> int:
-        replies = world.app.control.inspect([worker.hostname], timeout=1).reserved() or {}
+        replies = redis_cluster.app.control.inspect([worker.hostname], timeout=1).reserved() or {}
         return len(replies.get(worker.hostname, []))
 
     wait_for(lambda: reserved() == 6, timeout=15, what="six tasks queued in the pool")
 
     # When paused without waiting, and the worker applied the pause
-    result = celery_pause.pause(world.app)
+    result = celery_pause.pause(redis_cluster.app)
 
     def report() -> celery_pause.WorkerReport | None:
-        for found in celery_pause.status(world.app).workers:
+        for found in celery_pause.status(redis_cluster.app).workers:
             if found.hostname == worker.hostname and found.generation >= result.generation:
                 return found
         return None
@@ -233,26 +233,26 @@ def test_wait_names_only_tasks_really_running_on_threads(world: Cluster) -> None
     assert sorted(applied.running) == sorted(long)
 
     # ... and waiting returns as soon as they end, the six held, none started
-    api.wait_until_quiet(world.app, result.generation, timeout=30)
+    api.wait_until_quiet(redis_cluster.app, result.generation, timeout=30)
     returned = time.time()
-    ended = finished(world)
+    ended = finished(redis_cluster)
     assert returned - max(ended[task] for task in long) < 0.5
     assert wait_for(lambda: held(worker) == 6, timeout=10, what="the six to be held")
     window_start = max(ended[task] for task in long)
-    stays_quiet(world, window_start, 0.5)
-    world.resume_and_check(long + short, returned)
+    stays_quiet(redis_cluster, window_start, 0.5)
+    redis_cluster.resume_and_check(long + short, returned)
 
 
-def test_tasks_queued_in_the_threads_pool_at_a_reconnect_run_once(world: Cluster) -> None:
+def test_tasks_queued_in_the_threads_pool_at_a_reconnect_run_once(redis_cluster: Cluster) -> None:
     # Given a threads worker (concurrency 1) running a long task, four more in its pool
-    worker = world.worker("w1", pool="threads", concurrency=1)
+    worker = redis_cluster.worker("w1", pool="threads", concurrency=1)
     worker.wait_applied()
-    sent = [world.send("long", 1.5)]
-    world.wait_records(1)
-    sent += [world.send(f"q{i}") for i in range(4)]
+    sent = [redis_cluster.send("long", 1.5)]
+    redis_cluster.wait_records(1)
+    sent += [redis_cluster.send(f"q{i}") for i in range(4)]
 
     def in_worker() -> list[Any]:
-        replies = world.app.control.inspect([worker.hostname], timeout=1).reserved() or {}
+        replies = redis_cluster.app.control.inspect([worker.hostname], timeout=1).reserved() or {}
         return replies.get(worker.hostname, [])
 
     wait_for(lambda: len(in_worker()) == 4, timeout=15, what="four tasks queued in the pool")
@@ -262,13 +262,13 @@ def test_tasks_queued_in_the_threads_pool_at_a_reconnect_run_once(world: Cluster
 
     # Then each runs exactly once: the copies the broker delivers again, not the ones
     # received on the lost connection
-    world.wait_records(len(sent), timeout=60)
+    redis_cluster.wait_records(len(sent), timeout=60)
     wait_for(
-        lambda: set(finished(world)) >= set(sent) and not in_worker(),
+        lambda: set(finished(redis_cluster)) >= set(sent) and not in_worker(),
         timeout=30,
         what="every task to end",
     )
-    assert sorted(r["id"] for r in world.records()) == sorted(sent)
+    assert sorted(r["id"] for r in redis_cluster.records()) == sorted(sent)
 
 
 def test_a_third_party_pool_runs_and_says_the_pause_is_not_guaranteed(

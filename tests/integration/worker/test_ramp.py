@@ -21,9 +21,9 @@ PEAK = 20.0
 
 @pytest.fixture
 def ramp_cluster(broker: str, tmp_path: Path) -> Iterator[Cluster]:
-    world = Cluster(broker=broker, tmp=tmp_path, pause_ramp_peak=PEAK)
-    yield world
-    world.close()
+    cluster = Cluster(broker=broker, tmp=tmp_path, pause_ramp_peak=PEAK)
+    yield cluster
+    cluster.close()
 
 
 def starts(cluster: Cluster, tag: str) -> list[float]:
@@ -110,8 +110,8 @@ def test_a_pause_during_a_ramp_wins_at_once(ramp_cluster: Cluster, pool: str) ->
     assert sorted(r["id"] for r in records) == sorted(sent)
 
 
-def test_a_ramp_needs_a_paused_scope_and_at_most_a_day(world: Cluster) -> None:
-    app = world.app
+def test_a_ramp_needs_a_paused_scope_and_at_most_a_day(redis_cluster: Cluster) -> None:
+    app = redis_cluster.app
     store = store_for(app)
     celery_pause.pause(app, queues=["a"])
     before = store.read().state

@@ -87,39 +87,41 @@ def celery(cluster: Cluster, *args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
-def test_the_cli_pauses_and_resumes_a_task_pattern(world: Cluster) -> None:
+def test_the_cli_pauses_and_resumes_a_task_pattern(redis_cluster: Cluster) -> None:
     # Given a worker with a backlog of both task types
-    worker = world.worker("w1")
+    worker = redis_cluster.worker("w1")
     worker.wait_applied()
 
     # When the CLI pauses the second type by a pattern and waits
-    paused = celery(world, "pause", "--tasks", "support.proj.record_o*", "--wait")
+    paused = celery(redis_cluster, "pause", "--tasks", "support.proj.record_o*", "--wait")
     assert paused.returncode == 0, paused.stderr
     assert "Paused task support.proj.record_o*" in paused.stdout
     since = time.time()
-    held = [world.send(f"held{i}", task=OTHER_TASK) for i in range(3)]
-    flowing = [world.send(f"flow{i}") for i in range(3)]
+    held = [redis_cluster.send(f"held{i}", task=OTHER_TASK) for i in range(3)]
+    flowing = [redis_cluster.send(f"flow{i}") for i in range(3)]
 
     # Then status shows the task dimension; the other type runs, the paused one does not
-    status = json.loads(celery(world, "pause", "status", "--json").stdout)
+    status = json.loads(celery(redis_cluster, "pause", "status", "--json").stdout)
     assert status["holds"][0]["tasks"] == ["support.proj.record_o*"]
     assert status["state"] == "PARTIAL"
-    wait_for(lambda: len(started(world, RECORD_TASK)) >= 3, timeout=30, what="the other type")
-    assert not started(world, OTHER_TASK)
+    wait_for(
+        lambda: len(started(redis_cluster, RECORD_TASK)) >= 3, timeout=30, what="the other type"
+    )
+    assert not started(redis_cluster, OTHER_TASK)
 
     # And the worker answers Celery's own inspect command with what it holds
-    inspected = celery(world, "inspect", "pause_state", "--json", "-d", worker.hostname)
+    inspected = celery(redis_cluster, "inspect", "pause_state", "--json", "-d", worker.hostname)
     assert inspected.returncode == 0, inspected.stderr
     answer = json.loads(inspected.stdout)[worker.hostname]
     assert answer["held"] == {OTHER_TASK: 3}
     assert answer["holds"][0]["tasks"] == ["support.proj.record_o*"]
 
     # When resumed with the same pattern, every held task runs exactly once
-    resumed = celery(world, "resume", "--tasks", "support.proj.record_o*")
+    resumed = celery(redis_cluster, "resume", "--tasks", "support.proj.record_o*")
     assert resumed.returncode == 0, resumed.stderr
-    wait_for(lambda: len(started(world, OTHER_TASK)) >= 3, timeout=30, what="held tasks")
-    assert all(r["started"] > since for r in started(world, OTHER_TASK))
-    exactly_once(world, held + flowing)
+    wait_for(lambda: len(started(redis_cluster, OTHER_TASK)) >= 3, timeout=30, what="held tasks")
+    assert all(r["started"] > since for r in started(redis_cluster, OTHER_TASK))
+    exactly_once(redis_cluster, held + flowing)
 
 
 def starts_on(cluster: Cluster, worker: Worker, since: float) -> list[dict[str, Any]]:
@@ -187,28 +189,28 @@ def invoke(cluster: Cluster, command: click.Command, *args: str) -> Result:
     ],
 )
 def test_bad_scopes_are_refused_before_anything_is_written(
-    world: Cluster, args: tuple[str, ...], message: str
+    redis_cluster: Cluster, args: tuple[str, ...], message: str
 ) -> None:
     # When the CLI is given a bad scope
-    result = invoke(world, cli.pause, *args)
+    result = invoke(redis_cluster, cli.pause, *args)
 
     # Then it exits 2 naming the problem, and nothing was written
     assert result.exit_code == 2, result.output
     assert message in result.stderr
-    assert celery_pause.status(world.app).state.generation == 0
+    assert celery_pause.status(redis_cluster.app).state.generation == 0
 
 
-def test_names_that_match_nothing_known_are_recorded_with_a_warning(world: Cluster) -> None:
+def test_names_that_match_nothing_known_are_recorded_with_a_warning(redis_cluster: Cluster) -> None:
     # When a task pattern no task matches and a worker no live worker matches are paused
-    result = invoke(world, cli.pause, "--tasks", "nosuch.*", "-d", "ghost@*")
+    result = invoke(redis_cluster, cli.pause, "--tasks", "nosuch.*", "-d", "ghost@*")
 
     # Then both are recorded, with a warning each, and the command succeeds
     assert result.exit_code == 0, result.output
     assert "task 'nosuch.*' matches no task registered in this app" in result.stderr
     assert "worker 'ghost@*' matches no live worker" in result.stderr
-    (hold,) = celery_pause.status(world.app).holds
+    (hold,) = celery_pause.status(redis_cluster.app).holds
     assert hold.scope == Scope.of(tasks=["nosuch.*"], workers=["ghost@*"])
 
     # And the same scope is resumed whole, through the API
-    celery_pause.resume(world.app, tasks=["nosuch.*"], workers=["ghost@*"])
-    assert not celery_pause.status(world.app).holds
+    celery_pause.resume(redis_cluster.app, tasks=["nosuch.*"], workers=["ghost@*"])
+    assert not celery_pause.status(redis_cluster.app).holds

@@ -11,14 +11,14 @@ import pytest
 import celery_pause
 from celery_pause import PauseTimeout
 from support.harness import AMQP_BROKER, Cluster, free_port, redis_server, wait_for
+from support.observe import held, stays_quiet
 from support.services import require
-from tests.integration.worker.test_pause_holds import held, stays_quiet
 
 
 @pytest.fixture
-def redis_cluster(redis_url: str, tmp_path: Path) -> Iterator[Cluster]:
+def redelivering_cluster(redis_url: str, tmp_path: Path) -> Iterator[Cluster]:
     # Unacked messages older than 2 s are restored by a sweep every second.
-    world = Cluster(
+    cluster = Cluster(
         broker=redis_url,
         private_broker_keys=True,
         tmp=tmp_path,
@@ -28,14 +28,16 @@ def redis_cluster(redis_url: str, tmp_path: Path) -> Iterator[Cluster]:
             "unacked_restore_throttle": 1,
         },
     )
-    yield world
-    world.close()
+    yield cluster
+    cluster.close()
 
 
-def test_pause_longer_than_visibility_timeout_duplicates_nothing(redis_cluster: Cluster) -> None:
+def test_pause_longer_than_visibility_timeout_duplicates_nothing(
+    redelivering_cluster: Cluster,
+) -> None:
     # Given a Redis visibility timeout of 2 s (so tasks are held at most 0.5 s), and a
     # worker that keeps consuming a second queue, so its restore sweep keeps running
-    cluster = redis_cluster
+    cluster = redelivering_cluster
     paused_q, open_q = cluster.queue("slow"), cluster.queue("other")
     worker = cluster.worker("w1", queues=[paused_q, open_q])
     worker.wait_applied()

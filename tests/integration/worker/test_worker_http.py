@@ -23,17 +23,17 @@ WARNING = re.compile(r"WARNING/MainProcess\] celery-pause: .* paused for ")
 
 
 @pytest.fixture
-def observed(redis_url: str, tmp_path: Path) -> Iterator[Cluster]:
+def probed_cluster(redis_url: str, tmp_path: Path) -> Iterator[Cluster]:
     """A Redis cluster whose workers serve probes on a free port and warn after 1 s."""
-    world = Cluster(
+    cluster = Cluster(
         broker=REDIS_BROKER,
         tmp=tmp_path,
         pause_http_port=0,
         pause_warn_after=1.0,
         pause_warn_every=2.0,
     )
-    yield world
-    world.close()
+    yield cluster
+    cluster.close()
 
 
 def logged_at(line: str) -> float:
@@ -56,12 +56,12 @@ def log_lines(worker: Worker, pattern: str | re.Pattern[str]) -> list[str]:
 
 
 @pytest.mark.parametrize("pool", ["prefork", "gevent", "eventlet"])
-def test_probes_metrics_and_logs_follow_a_pause(observed: Cluster, pool: str) -> None:
+def test_probes_metrics_and_logs_follow_a_pause(probed_cluster: Cluster, pool: str) -> None:
     # Given a running worker serving its probes (from a greenlet on the green pools)
-    worker = observed.worker("w1", pool=pool)
+    worker = probed_cluster.worker("w1", pool=pool)
     worker.wait_applied()
     base = probe_url(worker)
-    queue = observed.queue()
+    queue = probed_cluster.queue()
     health = call(base + "/healthz")
     assert (health.status, health.json()["alive"], health.json()["paused"]) == (200, True, False)
     ready = call(base + "/readyz")
@@ -75,11 +75,11 @@ def test_probes_metrics_and_logs_follow_a_pause(observed: Cluster, pool: str) ->
     assert metric(text, "celery_pause_transitions_total", to="paused") == 0
 
     # When it is paused while one task runs and more wait in its prefetch buffer
-    sent = [observed.send("long", 1.5)]
-    observed.wait_records(1)
-    sent += [observed.send(f"t{i}", 0.0) for i in range(6)]
+    sent = [probed_cluster.send("long", 1.5)]
+    probed_cluster.wait_records(1)
+    sent += [probed_cluster.send(f"t{i}", 0.0) for i in range(6)]
     result = celery_pause.pause(
-        observed.app, reason="db migration", paused_by="alice@ops", wait=True, timeout=30
+        probed_cluster.app, reason="db migration", paused_by="alice@ops", wait=True, timeout=30
     )
 
     # Then it is alive but not ready, and says why, since when and by whom
@@ -129,8 +129,8 @@ def test_probes_metrics_and_logs_follow_a_pause(observed: Cluster, pool: str) ->
     assert seconds >= 1
 
     # When it is resumed
-    celery_pause.resume(observed.app)
-    observed.wait_records(len(sent))
+    celery_pause.resume(probed_cluster.app)
+    probed_cluster.wait_records(len(sent))
 
     # Then it is ready again, every held task was released, none returned
     wait_for(lambda: call(base + "/readyz").status == 200, timeout=30, what="ready again")
@@ -186,17 +186,17 @@ def test_a_port_in_use_is_logged_and_the_worker_still_pauses(
             cluster.close()
 
 
-def test_metrics_and_readiness_during_a_ramped_resume(observed: Cluster) -> None:
+def test_metrics_and_readiness_during_a_ramped_resume(probed_cluster: Cluster) -> None:
     # Given a worker holding a backlog of one task, paused by name
-    worker = observed.worker("w1")
+    worker = probed_cluster.worker("w1")
     worker.wait_applied()
     base = probe_url(worker)
-    celery_pause.pause(observed.app, tasks=[RECORD_TASK], wait=True, timeout=20)
-    sent = [observed.send(f"t{i}") for i in range(12)]
+    celery_pause.pause(probed_cluster.app, tasks=[RECORD_TASK], wait=True, timeout=20)
+    sent = [probed_cluster.send(f"t{i}") for i in range(12)]
     wait_for(lambda: worker.wait_applied().held == 12, timeout=20, what="the backlog held")
 
     # When it is resumed over a minute
-    result = celery_pause.resume(observed.app, ramp=60)
+    result = celery_pause.resume(probed_cluster.app, ramp=60)
     assert result.ramp is not None
 
     # Then the worker is ready, and its metrics show the ramp and the tasks waiting for it
@@ -215,7 +215,7 @@ def test_metrics_and_readiness_during_a_ramped_resume(observed: Cluster) -> None
     assert call(base + "/readyz").status == 200
 
     # And a plain resume after a pause lets the rest run at once, each exactly once
-    celery_pause.pause(observed.app, tasks=[RECORD_TASK], wait=True, timeout=20)
-    celery_pause.resume(observed.app)
-    records = observed.wait_records(len(sent), timeout=20)
+    celery_pause.pause(probed_cluster.app, tasks=[RECORD_TASK], wait=True, timeout=20)
+    celery_pause.resume(probed_cluster.app)
+    records = probed_cluster.wait_records(len(sent), timeout=20)
     assert sorted(r["id"] for r in records) == sorted(sent)

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import sys
 import time
-from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -14,54 +13,10 @@ from celery import Celery
 from celery_pause.errors import ConfigurationError
 from celery_pause.http.health import Probes
 from celery_pause.http.server import Request, Response
-from celery_pause.model.scope import EVERYTHING, NOTHING, Scope
+from celery_pause.model.scope import EVERYTHING, Scope
 from celery_pause.model.state import Hold
 from celery_pause.settings import PauseConfig
-from celery_pause.worker.view import GateCounters, WorkerView
-
-
-class StandIn:
-    """Answers what :class:`Probes` asks a monitor."""
-
-    def __init__(self, view: WorkerView, alive: tuple[bool, str] = (True, "")) -> None:
-        self._view = view
-        self._alive = alive
-
-    def view(self) -> WorkerView:
-        return self._view
-
-    def liveness(self) -> tuple[bool, str]:
-        return self._alive
-
-
-def view(**changes: Any) -> WorkerView:
-    base = WorkerView(
-        hostname="w1@host",
-        now=time.time(),
-        connected=True,
-        applied=True,
-        generation=3,
-        scope=NOTHING,
-        consumed=("a", "b"),
-        holds=(),
-        scheduled=(),
-        since=None,
-        held=0,
-        counters=GateCounters(),
-        held_by_task={},
-        transitions={"pause": 0, "resume": 0},
-        breakers={},
-        store_ok=True,
-        loop_idle=0.1,
-        busy=False,
-        pool="prefork",
-    )
-    return replace(base, **changes)
-
-
-def get(monitor: StandIn, path: str) -> Response:
-    probes = Probes(monitor)  # type: ignore[arg-type]
-    return probes(Request(method="GET", path=path, headers={}, body=b"", host="127.0.0.1"))
+from support.probes import StandIn, get, view
 
 
 def body(response: Response) -> Any:
@@ -93,6 +48,23 @@ def test_a_worker_holding_everything_for_an_unreadable_state_says_so() -> None:
     assert "could not be read" in doc["reason"]
     assert doc["paused_by"] is None
     assert doc["holds"] == []
+
+
+def test_a_fully_paused_worker_fails_readyz_or_reports_the_pause_as_configured() -> None:
+    # Given a worker with every queue it consumes paused by an operator
+    hold = Hold(scope=EVERYTHING, paused_by="ann", reason="deploy", paused_at=time.time() - 5)
+    monitor = StandIn(view(scope=EVERYTHING, holds=(hold,), since=hold.paused_at))
+    probe = Request(method="GET", path="/readyz", headers={}, body=b"", host="127.0.0.1")
+
+    # When probed with the default (fail), Then it is not ready: a load balancer drains it
+    failing = Probes(monitor)(probe)  # type: ignore[arg-type]
+    assert (failing.status, body(failing)["ready"], body(failing)["paused"]) == (503, False, True)
+
+    # When probed with pause_readyz_when_paused = "report", Then it stays ready and says why
+    reporting = Probes(monitor, report_pause=True)(probe)  # type: ignore[arg-type]
+    doc = body(reporting)
+    assert (reporting.status, doc["ready"], doc["paused"]) == (200, True, True)
+    assert (doc["reason"], doc["paused_by"], doc["paused_queues"]) == ("deploy", "ann", ["a", "b"])
 
 
 def test_not_connected_is_not_ready_and_a_stalled_loop_is_not_alive() -> None:

@@ -48,7 +48,9 @@ def report(name: str, **fields: object) -> WorkerReport:
     return WorkerReport(**values)  # type: ignore[arg-type]
 
 
-def cluster(holds: list[Hold], workers: list[WorkerReport], generation: int = 42) -> ClusterStatus:
+def cluster_status(
+    holds: list[Hold], workers: list[WorkerReport], generation: int = 42
+) -> ClusterStatus:
     state = PauseState(generation=generation, holds=tuple(holds))
     return ClusterStatus(
         state=state,
@@ -78,21 +80,28 @@ def test_format_duration(seconds: float, text: str) -> None:
 
 
 def test_status_text_of_a_full_pause_matches_the_documented_shape() -> None:
-    # Given a manual hold on every queue with an auto-resume, and three paused workers
+    # Given a manual hold on every queue with an auto-resume, three paused workers, and one of
+    # them still holding 8 prefetched tasks in its gate
     holds = [hold(resume_at=NOW + 300)]
-    workers = [report(f"w{i}@host") for i in (1, 2, 3)]
+    workers = [report("w1@host", reserved=8, held=8), report("w2@host"), report("w3@host")]
 
     # When rendered
-    lines = status_lines(Overview(cluster(holds, workers), {"celery": 1234, "emails": 12}, ()))
+    lines = status_lines(
+        Overview(cluster_status(holds, workers), {"celery": 1234, "emails": 12}, ())
+    )
 
     # Then it reads like the README
     assert lines[0] == "State: PAUSED (all queues) since 2027-01-15 07:35:00Z (25 minutes)"
     assert lines[1] == (
         '  hold  manual  on all queues  by alice@ops  "Deploying v2.0"  auto-resume in 5 minutes'
     )
-    assert lines[2] == "Workers: 3 live (3 paused, 0 running tasks in scope)"
-    assert lines[3] == "  w1@host  paused  applied gen 42  running 0  seen 0.4s ago"
-    assert lines[-1] == "Queues: celery 1,234 waiting (paused)   emails 12 waiting (paused)"
+    assert lines[2] == "Workers: 3 live (3 paused, 0 tasks running in scope)"
+    assert lines[3] == (
+        "  w1@host  paused  applied gen 42  running 0 (0 in scope)  prefetched 8 (8 held)  "
+        "seen 0.4s ago"
+    )
+    assert lines[4] == "  w2@host  paused  applied gen 42  running 0 (0 in scope)  seen 0.4s ago"
+    assert lines[-1] == "Queues, waiting in the broker: celery 1,234 (paused)   emails 12 (paused)"
 
 
 def test_status_text_of_a_partial_pause_shows_each_hold_with_its_source() -> None:
@@ -100,7 +109,12 @@ def test_status_text_of_a_partial_pause_shows_each_hold_with_its_source() -> Non
     breaker = hold(["emails"], source="breaker:smtp", paused_by=None, reason="5 errors in 60s")
     manual = hold(["reports"], paused_at=NOW - 60)
     busy = report(
-        "w1@host", paused=["emails", "reports"], running=("abcdef0123",), running_names=("send",)
+        "w1@host",
+        paused=["emails", "reports"],
+        running=("abcdef0123",),
+        running_names=("send",),
+        active=8,
+        reserved=30,
     )
     behind = report("w2@host", generation=41, paused=[])
     starting = report("w3@host", status=STARTING, generation=-1)
@@ -108,7 +122,9 @@ def test_status_text_of_a_partial_pause_shows_each_hold_with_its_source() -> Non
     # When rendered
     lines = status_lines(
         Overview(
-            cluster([breaker, manual], [busy, behind, starting]), {"emails": None, "web": 3}, ()
+            cluster_status([breaker, manual], [busy, behind, starting]),
+            {"emails": None, "web": 3},
+            (),
         )
     )
 
@@ -116,18 +132,20 @@ def test_status_text_of_a_partial_pause_shows_each_hold_with_its_source() -> Non
     assert lines[0].startswith("State: PARTIAL (queues emails, reports) since ")
     assert lines[1] == '  hold  breaker:smtp  on queue emails  "5 errors in 60s"'
     assert lines[2].startswith("  hold  manual  on queue reports  by alice@ops")
-    assert lines[3] == "Workers: 3 live (0 paused, 1 running tasks in scope)"
-    assert "pausing" in lines[4] and "running 1 (send[abcdef01])" in lines[4]
+    assert lines[3] == "Workers: 3 live (0 paused, 1 tasks running in scope)"
+    # ... the busy worker runs 8 tasks, 1 of them in a paused scope, and has 22 prefetched
+    assert "pausing" in lines[4] and "running 8 (1 in scope: send[abcdef01])" in lines[4]
+    assert "prefetched 22 (0 held)" in lines[4]
     assert "applying" in lines[5]
     assert "starting" in lines[6] and "applied gen" not in lines[6]
     assert (
         lines[-1]
-        == "Queues: emails ? waiting (paused)   web 3 waiting   (? = the broker cannot tell)"
+        == "Queues, waiting in the broker: emails ? (paused)   web 3   (? = the broker cannot tell)"
     )
 
 
 def test_status_text_when_running_and_no_worker() -> None:
-    lines = status_lines(Overview(cluster([], []), {}, ()))
+    lines = status_lines(Overview(cluster_status([], []), {}, ()))
     assert lines == [
         "State: RUNNING",
         "Workers: none live (reports in redis://:**@store:6379/0)",
@@ -140,7 +158,7 @@ def test_reasons_and_names_cannot_drive_the_terminal() -> None:
     evil = hold(reason="ok\x1b[2J\nState: RUNNING", paused_by="eve\x1b[31m")
 
     # When rendered
-    text = "\n".join(status_lines(Overview(cluster([evil], []), {}, ())))
+    text = "\n".join(status_lines(Overview(cluster_status([evil], []), {}, ())))
 
     # Then no control character reaches the output
     assert "\x1b" not in text
@@ -150,7 +168,7 @@ def test_reasons_and_names_cannot_drive_the_terminal() -> None:
 
 def test_unreadable_state_shows_as_a_hold_on_everything() -> None:
     lines = status_lines(
-        Overview(cluster([unreadable_hold("unreadable pause state: bad json")], []), {}, ())
+        Overview(cluster_status([unreadable_hold("unreadable pause state: bad json")], []), {}, ())
     )
     assert lines[0].startswith("State: PAUSED (all queues)")
     assert lines[1] == '  hold  unreadable  on all queues  "unreadable pause state: bad json"'
@@ -165,11 +183,15 @@ def test_status_json_schema() -> None:
         running=("id-1",),
         running_names=("send",),
         held=2,
+        active=3,
+        reserved=6,
         pool="threads",
     )
 
     # When rendered as JSON
-    doc = json.loads(json.dumps(status_json(cluster(holds, [busy]), {"emails": 7, "web": None})))
+    doc = json.loads(
+        json.dumps(status_json(cluster_status(holds, [busy]), {"emails": 7, "web": None}))
+    )
 
     # Then every documented key is there with its type
     assert set(doc) == {
@@ -191,6 +213,8 @@ def test_status_json_schema() -> None:
             "generation": 42,
             "paused_queues": ["emails"],
             "running": [{"id": "id-1", "name": "send"}],
+            "active": 3,
+            "reserved": 6,
             "held": 2,
             "ramping": 0,
             "seen": NOW - 0.4,
@@ -201,8 +225,8 @@ def test_status_json_schema() -> None:
         }
     ]
     assert doc["totals"] == {
-        "workers": 1, "paused": 0, "running_in_scope": 1, "held": 2, "ramping": 0,
-        "not_guaranteed": 0,
+        "workers": 1, "paused": 0, "running_in_scope": 1, "active": 3, "reserved": 6, "held": 2,
+        "ramping": 0, "not_guaranteed": 0,
     }  # fmt: skip
     assert doc["queues"] == [
         {"name": "emails", "waiting": 7, "paused": True, "partly_paused": False},
@@ -211,14 +235,14 @@ def test_status_json_schema() -> None:
 
 
 def test_status_json_when_running_and_paused_everywhere() -> None:
-    running = status_json(cluster([], [report("w@h", paused=[])]), {})
+    running = status_json(cluster_status([], [report("w@h", paused=[])]), {})
     assert (running["state"], running["paused_queues"], running["since"]) == ("RUNNING", [], None)
-    paused = status_json(cluster([hold()], []), {})
+    paused = status_json(cluster_status([hold()], []), {})
     assert (paused["state"], paused["paused_queues"]) == ("PAUSED", None)
 
 
 def test_queues_counted_are_the_apps_and_those_holds_and_workers_name() -> None:
-    status = cluster([hold(["emails"])], [report("w@h", paused=["emails", "sms"])])
+    status = cluster_status([hold(["emails"])], [report("w@h", paused=["emails", "sms"])])
     assert status_queues(status, ["celery"]) == ["celery", "emails", "sms"]
 
 

@@ -1,4 +1,5 @@
-"""The gate's ``admit`` hook, the one way past a paused queue (a breaker's trial tasks)."""
+"""The gate's admission policy (``admit_with``), the one way past a paused queue (a
+breaker's trial tasks)."""
 
 from __future__ import annotations
 
@@ -21,8 +22,8 @@ class FakeRequest:
 
 def gate_with(passed: list[str], admitted: set[str]) -> Gate:
     gate = Gate(lambda req: passed.append(req.id), lambda req: req.queue)
-    gate.scope = Scope.of(["payments"])
-    gate.admit = lambda req: req.id in admitted
+    gate.hold_to(Scope.of(["payments"]))
+    gate.admit_with(lambda req: req.id in admitted)
     return gate
 
 
@@ -39,7 +40,7 @@ def test_only_admitted_requests_pass_a_paused_queue() -> None:
 
     # Then the admitted one and the other queue's pass; t2 is held
     assert passed == ["t1", "o1"]
-    assert [req.id for req, _ in gate.held] == ["t2"]
+    assert [req.id for req in gate.held_requests()] == ["t2"]
 
 
 def test_a_held_request_passes_once_admitted_and_only_then() -> None:
@@ -54,15 +55,15 @@ def test_a_held_request_passes_once_admitted_and_only_then() -> None:
     # When it is admitted, a release lets it through
     admitted.add("t2")
     assert gate.release() == 1
-    assert passed == ["t2"] and gate.held == []
+    assert passed == ["t2"] and gate.held_requests() == []
 
 
 def test_without_the_hook_the_gate_holds_everything_paused() -> None:
     passed: list[str] = []
     gate = Gate(lambda req: passed.append(req.id), lambda req: req.queue)
-    gate.scope = Scope.of(["payments"])
+    gate.hold_to(Scope.of(["payments"]))
     request: Any = FakeRequest("t1", "payments")
 
     gate(request)
 
-    assert passed == [] and len(gate.held) == 1
+    assert passed == [] and gate.holding() == 1

@@ -197,7 +197,7 @@ def test_the_start_check_holds_what_reached_the_pool_once_paused(
     assert ran_early == ["body", "callback"] and early.accepted
 
     # Then it counts as running while it is reserved, once a pause closed the gate
-    gate.scope = Scope.of(["payments"])
+    gate.hold_to(Scope.of(["payments"]))
     assert gate.running(gate.scope) == ["t1"]
 
     # When t2's turn to start comes after the pause
@@ -205,11 +205,11 @@ def test_the_start_check_holds_what_reached_the_pool_once_paused(
 
     # Then it was neither run nor accepted (acknowledged); it is held, and not running
     assert ran_late == [] and not late.accepted
-    assert [req.id for req, _ in gate.held] == ["t2"]
+    assert [req.id for req in gate.held_requests()] == ["t2"]
     assert gate.running(gate.scope) == ["t1"]
 
     # When resumed, the held request goes back to the handler
-    gate.scope = Scope.of([])
+    gate.hold_to(Scope.of([]))
     assert gate.release() == 1 and passed == ["t2"]
 
 
@@ -217,14 +217,14 @@ def test_handed_over_but_not_started_is_not_running(reserved: list[FakeRequest])
     # Given a gate with the start check and a reserved request no pool started yet
     gate = Gate(lambda req: None, lambda req: req.queue, start_check=True)
     reserve(reserved, "queued")
-    gate.scope = Scope.of(["payments"])
+    gate.hold_to(Scope.of(["payments"]))
 
     # Then it does not count as running (it will ask the gate before it starts) ...
     assert gate.running(gate.scope) == []
 
     # ... while without the start check (prefork) it does
     prefork = Gate(lambda req: None, lambda req: req.queue)
-    prefork.scope = Scope.of(["payments"])
+    prefork.hold_to(Scope.of(["payments"]))
     assert prefork.running(prefork.scope) == ["queued"]
 
 
@@ -243,7 +243,7 @@ def test_a_request_from_a_lost_connection_neither_starts_nor_is_held(
     pool.run()
 
     # Then it did not run and the gate does not hold it: the broker delivers it again
-    assert ran == [] and not request.accepted and gate.held == []
+    assert ran == [] and not request.accepted and gate.held_requests() == []
 
 
 def test_a_release_off_the_loop_leaves_requests_the_worker_dropped_meanwhile(
@@ -252,7 +252,7 @@ def test_a_release_off_the_loop_leaves_requests_the_worker_dropped_meanwhile(
     # Given two held requests of a paused queue
     passed: list[str] = []
     gate = Gate(lambda req: passed.append(req.id), lambda req: req.queue, start_check=True)
-    gate.scope = Scope.of(["payments"])
+    gate.hold_to(Scope.of(["payments"]))
     kept, dropped = reserve(reserved, "kept"), reserve(reserved, "dropped")
     gate(kept)
     gate(dropped)
@@ -260,11 +260,11 @@ def test_a_release_off_the_loop_leaves_requests_the_worker_dropped_meanwhile(
     # When the worker drops one (its broker connection was lost), and a green pool's
     # store greenlet releases them after the resume
     worker_state.reserved_requests.discard(dropped)
-    gate.scope = Scope.of([])
+    gate.hold_to(Scope.of([]))
     released = gate.release(off_loop=True)
 
     # Then only the other goes on: the broker delivers the dropped one again
-    assert released == 1 and passed == ["kept"] and gate.held == []
+    assert released == 1 and passed == ["kept"] and gate.held_requests() == []
 
 
 @pytest.mark.parametrize("pool", ["gevent", "eventlet"])

@@ -1,60 +1,86 @@
-"""The store thread's reports, on a memory store and a fake gate (timing logic only)."""
+"""The store thread's reports, on a memory store and a fake worker (timing logic only)."""
 
 from __future__ import annotations
 
 import time
-from typing import Any, cast
 
 from celery_pause.model.report import WorkerReport
-from celery_pause.model.scope import EVERYTHING, Scope
+from celery_pause.model.scope import EVERYTHING, Target
 from celery_pause.settings import PauseConfig
+from celery_pause.stores import Snapshot
 from celery_pause.stores.memory import MemoryStore
-from celery_pause.worker.gate import Gate
 from celery_pause.worker.pools import PoolSupport
+from celery_pause.worker.snapshot import Applied, WorkerSnapshot
 from celery_pause.worker.sync import StoreSync
+from celery_pause.worker.view import GateCounters, GateFigures, InFlight
 from support.harness import wait_for
 
 POLL = 5.0
+PAUSED = Applied(1, EVERYTHING)
 
 
-class EndingGate:
-    """A gate with one running task, which ends while the report naming it is written."""
+class EndingWorker:
+    """A worker with one running task, which ends while the report naming it is written."""
 
     def __init__(self) -> None:
-        self.tasks = [("t1", "proj.slow")]
-        self.held: list[Any] = []
-        self.waiting: list[Any] = []
+        self.tasks = (InFlight("t1", "proj.slow", Target(queue="q")),)
 
-    def running_tasks(self, scope: Scope) -> list[tuple[str, str]]:
-        return list(self.tasks) if scope else []
+    def snapshot(self) -> WorkerSnapshot:
+        return WorkerSnapshot(
+            hostname="w1@host",
+            pool=PoolSupport("threads", start_check=True),
+            applied=PAUSED,
+            enforced=PAUSED,
+            holds=(),
+            scheduled=(),
+            ramps=(),
+            as_of=0.0,
+            breakers=(),
+            consumed=(),
+            store_ok=True,
+            gate=GateFigures(
+                scope=PAUSED.scope,
+                held=0,
+                waiting=0,
+                oldest=None,
+                held_by_task={},
+                counters=GateCounters(),
+                next_ramp_start=None,
+            ),
+            in_flight=self.tasks,
+            store_now=time.monotonic(),
+        )
 
-    def running(self, scope: Scope) -> list[str]:
-        return [task_id for task_id, _ in self.running_tasks(scope)]
+    def deliver(self, snapshot: Snapshot) -> None:
+        pass
 
-    def next_ramp_start(self) -> None:
-        return None
+    def store_failed(self) -> None:
+        pass
 
-    def clock(self) -> float:
-        return time.monotonic()
+    def return_expired(self) -> None:
+        pass
+
+    def pump(self) -> None:
+        pass
 
 
 class EndsWhileWriting(MemoryStore):
-    def __init__(self, gate: EndingGate) -> None:
+    def __init__(self, worker: EndingWorker) -> None:
         super().__init__("memory://", "store-sync-test")
-        self.gate = gate
+        self.worker = worker
         self.written: list[tuple[float, tuple[str, ...]]] = []
 
     def put_worker(self, report: WorkerReport) -> None:
         super().put_worker(report)
         self.written.append((time.monotonic(), report.running))
-        self.gate.tasks = []
+        self.worker.tasks = ()
 
 
 def test_tasks_that_end_while_their_report_is_written_are_reported_ended_at_once() -> None:
     # Given a worker paused everywhere with one task running, a poll interval and
     # heartbeat of 5 s, and a store write during which that task ends
-    gate = EndingGate()
-    store = EndsWhileWriting(gate)
+    worker = EndingWorker()
+    store = EndsWhileWriting(worker)
     config = PauseConfig(
         store_url="memory://",
         key_prefix="store-sync-test",
@@ -63,19 +89,7 @@ def test_tasks_that_end_while_their_report_is_written_are_reported_ended_at_once
         worker_ttl=3 * POLL,
         store_timeout=1.0,
     )
-    sync = StoreSync(
-        store=store,
-        config=config,
-        hostname="w1@host",
-        pool=PoolSupport("threads", start_check=True),
-        gate=cast(Gate, gate),
-        applied=lambda: (1, EVERYTHING),
-        as_of=lambda: 0.0,
-        breakers=lambda: (),
-        deliver=lambda snapshot: None,
-        return_expired=lambda: None,
-        pump=lambda: None,
-    )
+    sync = StoreSync(store=store, config=config, worker=worker)
 
     # When the store thread runs
     sync.start()

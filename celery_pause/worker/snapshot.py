@@ -1,0 +1,173 @@
+"""A frozen picture of one worker's pause, and the three answers derived from it.
+
+:class:`~.state.WorkerState` takes it; :meth:`WorkerSnapshot.describe` is the
+``inspect pause_state`` answer, :meth:`WorkerSnapshot.report` the report the store
+thread publishes, :meth:`WorkerSnapshot.view` what the probes and metrics serve.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, replace
+from typing import Any
+
+from ..model.ramp import Ramp
+from ..model.report import APPLIED, STARTING, WorkerReport
+from ..model.scope import NOTHING, Scope
+from ..model.state import Hold
+from .pools import PoolSupport
+from .view import GateFigures, InFlight, WorkerView, breakers_in
+
+
+@dataclass(frozen=True)
+class Applied:
+    """A generation of the pause state and the scope it pauses on this worker."""
+
+    generation: int
+    scope: Scope
+
+
+NOT_APPLIED = Applied(-1, NOTHING)
+"""What a worker that has applied no state yet answers."""
+
+
+@dataclass(frozen=True)
+class Delivered:
+    """The newest state read that changes what the worker applies."""
+
+    applied: Applied
+    as_of: float
+    """Store time of that read."""
+
+
+@dataclass(frozen=True)
+class WorkerSnapshot:
+    """What one worker has applied and read, and what its gate holds, at one moment."""
+
+    hostname: str
+    pool: PoolSupport
+    applied: Applied | None
+    """What the consumer loop applied; ``None`` before the first."""
+    enforced: Applied | None
+    """What the gate holds to: on green pools the newest state read (the store greenlet
+    sets the gate itself), elsewhere what the loop applied."""
+    holds: tuple[Hold, ...]
+    """The active holds, as last read."""
+    scheduled: tuple[Hold, ...]
+    """The holds that start later (with the windows' next occurrences), as last read."""
+    ramps: tuple[Ramp, ...]
+    """The ramped resumes in force on this worker, as last read."""
+    as_of: float
+    """Store time of the newest read whose scope is applied (see ``WorkerReport.as_of``)."""
+    breakers: tuple[str, ...]
+    """Circuit breakers whose agent runs on this worker."""
+    consumed: tuple[str, ...]
+    """The queues the worker consumes (empty before it started)."""
+    store_ok: bool
+    """Whether the last read of the store worked."""
+    gate: GateFigures
+    in_flight: tuple[InFlight, ...]
+    """Reserved requests the gate does not hold (taken only while something is paused)."""
+    store_now: float
+    """The store's clock when it was taken, as this worker estimates it."""
+    active: int = 0
+    """Tasks running, in a paused scope or not (Celery's active requests)."""
+    reserved: int = 0
+    """Tasks received and not finished: running, waiting for a slot, or held."""
+
+    def running(self, scope: Scope | None) -> tuple[InFlight, ...]:
+        """The requests of ``scope`` that may be running."""
+        if not scope:
+            return ()
+        return tuple(task for task in self.in_flight if task.within(scope))
+
+    def describe(self) -> dict[str, Any]:
+        """What this worker applies, holds and runs in scope (``inspect pause_state``)."""
+        applied = self.applied or NOT_APPLIED
+        mine = self.hostname
+        return {
+            "generation": applied.generation,
+            "scope": applied.scope.to_json(),
+            "holds": [h.to_json() for h in self.holds if h.scope.for_worker(mine)],
+            "scheduled": [h.to_json() for h in self.scheduled if h.scope.for_worker(mine)],
+            "held": dict(self.gate.held_by_task),
+            "running": [{"id": t.id, "name": t.name} for t in self.running(applied.scope)],
+        }
+
+    def report(self, *, seen: float, starting: bool = False) -> WorkerReport:
+        """The report the store thread publishes: as ``starting`` (before the first read)
+        or as applying :attr:`enforced`, written at store time ``seen``."""
+        enforced = None if starting else self.enforced
+        tasks = self.running(enforced.scope) if enforced is not None else ()
+        return WorkerReport(
+            hostname=self.hostname,
+            pid=os.getpid(),
+            status=STARTING if enforced is None else APPLIED,
+            generation=-1 if enforced is None else enforced.generation,
+            paused=None if enforced is None else enforced.scope.names(),
+            running=tuple(t.id for t in tasks),
+            running_names=tuple(t.name for t in tasks),
+            held=self.gate.held,
+            active=self.active,
+            reserved=self.reserved,
+            ramping=self.gate.waiting,
+            seen=seen,
+            breakers=self.breakers,
+            pool=self.pool.name,
+            pool_problem=self.pool.problem,
+            as_of=self.as_of,
+        )
+
+    def view(
+        self,
+        *,
+        now: float,
+        connected: bool,
+        transitions: dict[str, int],
+        breakers_seen: set[str],
+        paused_at: float | None,
+        loop_idle: float,
+        busy: bool,
+    ) -> WorkerView:
+        """What the probes serve, with what the monitor adds.
+
+        Parameters:
+            now: The local time it is taken at.
+            connected: Whether the consumer is connected to the broker.
+            transitions: Changes applied so far, to ``pause`` and to ``resume``.
+            breakers_seen: Every breaker whose hold this worker applied once.
+            paused_at: When the worker paused, if no live hold says when.
+            loop_idle: Seconds since the consumer loop last ran the monitor's timer.
+            busy: Whether a task runs.
+        """
+        applied = self.applied or NOT_APPLIED
+        holds = tuple(h for h in self.holds if h.live(now))
+        open_breakers = breakers_in(holds)
+        view = WorkerView(
+            hostname=self.hostname,
+            now=now,
+            connected=connected,
+            applied=self.applied is not None,
+            generation=applied.generation,
+            scope=applied.scope,
+            consumed=self.consumed,
+            holds=holds,
+            scheduled=self.scheduled,
+            since=None,
+            held=self.gate.held,
+            counters=self.gate.counters,
+            held_by_task=dict(self.gate.held_by_task),
+            transitions=dict(transitions),
+            breakers={n: n in open_breakers for n in sorted(breakers_seen | open_breakers)},
+            store_ok=self.store_ok,
+            loop_idle=loop_idle,
+            busy=busy,
+            pool=self.pool.name,
+            pool_problem=self.pool.problem,
+            ramps=tuple(r for r in self.ramps if r.live(now)),
+            ramping=self.gate.waiting,
+        )
+        if not view.paused:
+            return view
+        starts = [h.began for h in view.relevant_holds() if h.began]
+        return replace(view, since=min(starts) if starts else paused_at)

@@ -1,0 +1,191 @@
+"""The one owner of what a worker has applied and read of the pause state.
+
+The store thread (:mod:`.sync`) records each read here, the consumer loop
+(:mod:`.apply`) what it applied; both under one lock, so a reader never sees half
+of an update. Everyone else reads a frozen :class:`~.snapshot.WorkerSnapshot`:
+the ``inspect pause_state`` answer, the probes' view and the worker's report all
+derive from it.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterable
+
+from celery.worker import state as worker_state
+
+from ..model.ramp import Ramp
+from ..model.state import Hold, PauseState
+from .gate import Gate
+from .pools import PoolSupport
+from .snapshot import Applied, Delivered, WorkerSnapshot
+
+
+class StoreClock:
+    """The store's clock, as this worker estimates it from its last read."""
+
+    def __init__(self) -> None:
+        self._offset = 0.0
+        """Store time minus ``time.monotonic()``, as of the last read."""
+
+    def now(self) -> float:
+        """Store time now."""
+        return time.monotonic() + self._offset
+
+    def read_at(self, store_now: float) -> None:
+        """A read said the store's time is ``store_now``."""
+        self._offset = store_now - time.monotonic()
+
+
+class WorkerState:
+    """What one worker has applied and read, under one lock; its gate's figures on demand."""
+
+    def __init__(self, *, hostname: str, pool: PoolSupport, gate: Gate, clock: StoreClock) -> None:
+        """Nothing applied or read yet.
+
+        Parameters:
+            hostname: The worker's name.
+            pool: How the gate holds tasks on the worker's pool.
+            gate: The worker's gate (read for the snapshot only).
+            clock: The store's clock, set at every read.
+        """
+        self.hostname = hostname
+        self.pool = pool
+        self.clock = clock
+        self._gate = gate
+        self._lock = threading.Lock()
+        self._applied: Applied | None = None
+        self._newest: Delivered | None = None
+        self._holds: tuple[Hold, ...] = ()
+        self._scheduled: tuple[Hold, ...] = ()
+        self._ramps: tuple[Ramp, ...] = ()
+        self._as_of = 0.0
+        self._breakers: tuple[str, ...] = ()
+        self._consumed: tuple[str, ...] = ()
+        self._store_ok = True
+
+    # -- read by the consumer loop ----------------------------------------------------------
+    @property
+    def applied(self) -> Applied | None:
+        """What the consumer loop applied; ``None`` before the first."""
+        return self._applied
+
+    @property
+    def holds(self) -> tuple[Hold, ...]:
+        """The active holds, as last read."""
+        return self._holds
+
+    @property
+    def ramps(self) -> tuple[Ramp, ...]:
+        """The ramped resumes in force on this worker, as last read."""
+        return self._ramps
+
+    @property
+    def consumed(self) -> tuple[str, ...]:
+        """The queues the worker consumes (empty before it started)."""
+        return self._consumed
+
+    # -- from the store thread --------------------------------------------------------------
+    def starts_with(self, state: PauseState, now: float) -> Applied:
+        """The first read, at store time ``now``: what the worker starts under."""
+        with self._lock:
+            self._read(state, now)
+            self._holds = state.active_holds(now)
+            self._as_of = now
+        return Applied(state.generation, state.paused(now).for_worker(self.hostname))
+
+    def deliver(self, state: PauseState, now: float) -> Delivered | None:
+        """A read at store time ``now``: what it changes, or ``None`` if it changes nothing
+        this worker applies.
+
+        On green pools the change counts as enforced at once: the store greenlet sets
+        the gate itself.
+        """
+        newest = Applied(state.generation, state.paused(now).for_worker(self.hostname))
+        with self._lock:
+            self._read(state, now)
+            if self._applied == newest:
+                self._as_of = now
+                return None
+            self._holds = state.active_holds(now)
+            self._newest = Delivered(newest, now)
+            if self.pool.greenlets:
+                self._as_of = now
+            return self._newest
+
+    def store_failed(self) -> None:
+        """A read or a report failed: the worker keeps the last known state."""
+        with self._lock:
+            self._store_ok = False
+
+    def _read(self, state: PauseState, now: float) -> None:
+        """Keep what every read brings: the clock, the scheduled holds and the ramps."""
+        self.clock.read_at(now)
+        self._scheduled = state.scheduled_holds(now)
+        self._ramps = tuple(r for r in state.live_ramps(now) if r.scope.for_worker(self.hostname))
+        self._store_ok = True
+
+    # -- from the consumer loop -------------------------------------------------------------
+    def consumes(self, queues: Iterable[str]) -> None:
+        """The worker consumes ``queues`` (at its first start)."""
+        with self._lock:
+            self._consumed = tuple(queues)
+
+    def unapplied(self) -> Delivered | None:
+        """The newest state delivered, if the loop has not applied it yet."""
+        with self._lock:
+            newest = self._newest
+            return newest if newest is not None and newest.applied != self._applied else None
+
+    def restart_point(self) -> Applied:
+        """After a reconnect: the newest state read, which the loop may not have applied."""
+        with self._lock:
+            if self._newest is not None:
+                return self._newest.applied
+            return self._applied or Applied(-1, self._gate.scope)
+
+    def mark_applied(self, applied: Applied, *, as_of: float | None = None) -> None:
+        """The loop applied ``applied``, the pause as read at store time ``as_of``."""
+        with self._lock:
+            self._applied = applied
+            if as_of is not None:
+                self._as_of = as_of
+
+    def serve_breakers(self, names: Iterable[str]) -> None:
+        """This worker runs the agents of the breakers ``names``."""
+        with self._lock:
+            self._breakers = tuple(names)
+
+    # -- from any thread --------------------------------------------------------------------
+    def snapshot(self, *, tasks: bool = True) -> WorkerSnapshot:
+        """What the worker has applied and read, and what its gate holds, now.
+
+        ``tasks``: also list the requests that may be running (only while something is
+        paused; ``False`` skips it for readers that never ask).
+        """
+        with self._lock:
+            applied, newest = self._applied, self._newest
+            enforced = newest.applied if self.pool.greenlets and newest is not None else applied
+            holds, scheduled, ramps = self._holds, self._scheduled, self._ramps
+            as_of, breakers, consumed = self._as_of, self._breakers, self._consumed
+            store_ok = self._store_ok
+        paused = any(a is not None and a.scope for a in (applied, enforced))
+        return WorkerSnapshot(
+            hostname=self.hostname,
+            pool=self.pool,
+            applied=applied,
+            enforced=enforced,
+            holds=holds,
+            scheduled=scheduled,
+            ramps=ramps,
+            as_of=as_of,
+            breakers=breakers,
+            consumed=consumed,
+            store_ok=store_ok,
+            gate=self._gate.figures(),
+            in_flight=self._gate.in_flight() if tasks and paused else (),
+            store_now=self.clock.now(),
+            active=len(worker_state.active_requests),
+            reserved=len(worker_state.reserved_requests),
+        )

@@ -1,0 +1,41 @@
+"""What the behaviour tests watch on real workers: held and scheduled tasks, and quiet."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+from .harness import Cluster, Worker, started_between
+
+
+def held(worker: Worker) -> int:
+    """How many tasks ``worker`` holds, once it has applied the latest state."""
+    return worker.wait_applied().held
+
+
+def scheduled(cluster: Cluster, worker: Worker) -> int:
+    """How many ETA tasks ``worker`` has scheduled (``inspect scheduled``)."""
+    replies = cluster.app.control.inspect([worker.hostname], timeout=1).scheduled() or {}
+    return len(replies.get(worker.hostname, []))
+
+
+def stays_quiet(
+    cluster: Cluster,
+    since: float,
+    seconds: float,
+    *,
+    records: Callable[[], list[dict[str, Any]]] | None = None,
+) -> None:
+    """Watch for ``seconds``: fail at the first task that starts after ``since``.
+
+    Parameters:
+        records: where starts are recorded (each with its ``started`` time); the
+            cluster's task records by default.
+    """
+    read = records or cluster.records
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        started = started_between(read(), since, float("inf"))
+        assert not started, f"tasks started while paused: {started}"
+        time.sleep(0.05)
