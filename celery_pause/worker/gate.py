@@ -42,7 +42,6 @@ from ..model.scope import NOTHING, Scope, Target
 from .view import GateCounters, GateFigures, InFlight
 
 logger = logging.getLogger(__name__)
-
 _new_target = tuple.__new__
 
 QueueOf = Callable[[Request], str]
@@ -225,8 +224,7 @@ class Gate:
 
     def target(self, request: Request) -> Target:
         """Where ``request`` stands in every dimension of a scope."""
-        # The tuple built directly: a third of the cost of Target(...) on the path of every
-        # request while something is paused.
+        # Built as a plain tuple: a third of Target(...)'s cost, paid per request when paused.
         return _new_target(Target, (self._queue_of(request), request.name, self.hostname))
 
     def blocks(self, request: Request) -> bool:
