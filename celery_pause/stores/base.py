@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import re
 import time
 from abc import ABC, abstractmethod
@@ -236,6 +237,12 @@ def bad_url(url: str, problem: str) -> ConfigurationError:
     """The error for a store URL that cannot be used: the URL (password masked) and why."""
     joined = problem if problem.startswith(":") else f" {problem}"
     return ConfigurationError(f"pause_store_url {display(url)!r}{joined}")
+
+
+def call_bound(timeout: float) -> float:
+    """Seconds one store call may take before it fails with :class:`StoreError`: three
+    store timeouts (whole seconds), room for a lock another writer holds for a moment."""
+    return 3.0 * max(1, math.ceil(timeout))
 
 
 def check_key(key: str) -> str:
