@@ -276,20 +276,22 @@ def decode_record(key: str, raw: bytes | str | None) -> dict[str, Any] | None:
 
 
 class ClockOffset:
-    """The store's clock, read once a minute and extrapolated locally in between."""
+    """The store's clock, read once a minute and extrapolated in between from this host's
+    monotonic clock: a step of the wall clock (NTP, a VM resumed) changes nothing."""
 
     def __init__(self, read_clock: Callable[[], float], refresh: float = 60.0) -> None:
         self._read_clock = read_clock
         self._refresh = refresh
         self._offset = 0.0
+        """Store time minus ``time.monotonic()``, as of the last read."""
         self._read_at = float("-inf")
 
     def now(self) -> float:
-        local = time.time()
         if time.monotonic() - self._read_at > self._refresh:
-            self._offset = self._read_clock() - local
+            store_now = self._read_clock()
             self._read_at = time.monotonic()
-        return local + self._offset
+            self._offset = store_now - self._read_at
+        return time.monotonic() + self._offset
 
 
 def check_log_name(log: str) -> str:
