@@ -56,9 +56,19 @@ class FileStore(Store):
         of it (a writer holds one for milliseconds), then the call fails."""
         super().__init__(url, prefix)
         self.lock_wait = call_bound(timeout)
-        path = unquote(urlsplit(url).path)
+        split = urlsplit(url)
+        path = unquote(split.path)
         if not path:
             raise bad_url(url, "names no directory (file:///path/to/dir)")
+        if split.netloc not in ("", "localhost") or not os.path.isabs(path):
+            # Resolved against each process's working directory, a relative path would give
+            # a worker, its pool and the CLI run elsewhere different stores, silently.
+            raise bad_url(
+                url,
+                f"is not an absolute directory on this host (read as host "
+                f"{split.hostname or ''!r}, path {path!r}); a relative path is refused, "
+                "write file:///absolute/path/to/dir (three slashes)",
+            )
         self.root = Path(path) / quote(prefix, safe="")
         self.state_path = self.root / "state.json"
         self.workers_dir = self.root / "workers"
