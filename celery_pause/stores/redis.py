@@ -13,7 +13,7 @@ import redis
 
 from ..errors import StoreError
 from ..model.report import WorkerReport
-from ..model.state import PauseState
+from ..model.state import PauseState, unreadable_hold
 from .base import (
     Change,
     ClockOffset,
@@ -103,12 +103,26 @@ class RedisStore(Store):
 
     def read(self) -> Snapshot:
         with self._failing():
-            raw = self.client.get(self.state_key)
-        return Snapshot(PauseState.decode(raw), self.now())
+            current = self._state(self.client)
+        return Snapshot(current, self.now())
+
+    def _state(self, client: redis.Redis | redis.client.Pipeline) -> PauseState:
+        """The stored state; a key of another Redis type (a list someone ``LPUSH``-ed)
+        reads as unreadable state, paused everywhere, which ``resume --force`` replaces
+        (``SET`` overwrites a key of any type)."""
+        try:
+            return PauseState.decode(client.get(self.state_key))
+        except redis.ResponseError as exc:
+            if not str(exc).startswith("WRONGTYPE"):
+                raise
+            kind = client.type(self.state_key)
+            kind = kind.decode() if isinstance(kind, bytes) else str(kind)
+            detail = f"unreadable pause state: {self.state_key} is a Redis {kind}, not a string"
+            return PauseState(generation=0, holds=(unreadable_hold(detail[:200]),))
 
     def update(self, change: Change[R]) -> Updated[R]:
         def transaction(pipe: redis.client.Pipeline) -> Updated[R]:
-            current = PauseState.decode(pipe.get(self.state_key))
+            current = self._state(pipe)
             seconds, micros = pipe.time()
             now = seconds + micros / 1e6
             outcome = change(current, now)
