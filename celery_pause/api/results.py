@@ -51,6 +51,8 @@ class ClusterStatus:
     paused: Scope
     workers: tuple[WorkerReport, ...]
     store: str
+    store_warnings: tuple[str, ...] = ()
+    """What may make the store lose the state (a Redis eviction policy)."""
 
     @property
     def holds(self) -> tuple[Hold, ...]:

@@ -36,6 +36,7 @@ def status(app: Celery) -> ClusterStatus:
         paused=state.paused(snapshot.now),
         workers=tuple(store.live_reports(config_for(app).worker_ttl, snapshot.now)),
         store=store.display_url,
+        store_warnings=tuple(store.warnings()),
     )
 
 

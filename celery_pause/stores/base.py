@@ -149,6 +149,11 @@ class Store(ABC):
     def read_log(self, log: str, *, limit: int | None = None) -> list[dict[str, Any]]:
         """The newest ``limit`` entries of ``log`` (every kept one by default), newest first."""
 
+    def warnings(self) -> list[str]:
+        """What may make the store lose its state on its own (a Redis eviction policy);
+        empty by default. Never raises: a store it cannot ask has nothing to say."""
+        return []
+
     def init(self) -> str:
         """Create what the store needs (tables) unless it exists; say what was done."""
         return "nothing to create: this store needs no tables"
