@@ -63,6 +63,9 @@ class ClusterStatus:
             return True
         return bool(self.queues) and all(paused.covers(Target(queue=q)) for q in self.queues)
 
+    store_warnings: tuple[str, ...] = ()
+    """What may make the store lose the state (a Redis eviction policy)."""
+
     @property
     def holds(self) -> tuple[Hold, ...]:
         """The holds that pause now."""

@@ -37,6 +37,7 @@ def status(app: Celery) -> ClusterStatus:
         workers=tuple(store.live_reports(config_for(app).worker_ttl, snapshot.now)),
         store=store.display_url,
         queues=tuple(app.amqp.queues),
+        store_warnings=tuple(store.warnings()),
     )
 
 

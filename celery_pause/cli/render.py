@@ -250,6 +250,7 @@ def status_lines(view: Overview) -> list[str]:
     if view.windows:
         lines.append("Windows:")
         lines.extend("  " + window_line(window, now) for window in view.windows)
+    lines.extend(f"Store: {status.store}: WARNING {w}" for w in status.store_warnings)
     lines.extend(workers_lines(status))
     lines.append(queues_line(status, depths))
     if breakers:

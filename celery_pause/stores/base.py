@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import re
 import time
 from abc import ABC, abstractmethod
@@ -148,6 +149,11 @@ class Store(ABC):
     def read_log(self, log: str, *, limit: int | None = None) -> list[dict[str, Any]]:
         """The newest ``limit`` entries of ``log`` (every kept one by default), newest first."""
 
+    def warnings(self) -> list[str]:
+        """What may make the store lose its state on its own (a Redis eviction policy);
+        empty by default. Never raises: a store it cannot ask has nothing to say."""
+        return []
+
     def init(self) -> str:
         """Create what the store needs (tables) unless it exists; say what was done."""
         return "nothing to create: this store needs no tables"
@@ -238,6 +244,12 @@ def bad_url(url: str, problem: str) -> ConfigurationError:
     return ConfigurationError(f"pause_store_url {display(url)!r}{joined}")
 
 
+def call_bound(timeout: float) -> float:
+    """Seconds one store call may take before it fails with :class:`StoreError`: three
+    store timeouts (whole seconds), room for a lock another writer holds for a moment."""
+    return 3.0 * max(1, math.ceil(timeout))
+
+
 def check_key(key: str) -> str:
     """A key for events, records or leases: 1-200 of ``A-Z a-z 0-9 _ . : @ -``."""
     if not isinstance(key, str) or not KEY.match(key):
@@ -269,20 +281,22 @@ def decode_record(key: str, raw: bytes | str | None) -> dict[str, Any] | None:
 
 
 class ClockOffset:
-    """The store's clock, read once a minute and extrapolated locally in between."""
+    """The store's clock, read once a minute and extrapolated in between from this host's
+    monotonic clock: a step of the wall clock (NTP, a VM resumed) changes nothing."""
 
     def __init__(self, read_clock: Callable[[], float], refresh: float = 60.0) -> None:
         self._read_clock = read_clock
         self._refresh = refresh
         self._offset = 0.0
+        """Store time minus ``time.monotonic()``, as of the last read."""
         self._read_at = float("-inf")
 
     def now(self) -> float:
-        local = time.time()
         if time.monotonic() - self._read_at > self._refresh:
-            self._offset = self._read_clock() - local
+            store_now = self._read_clock()
             self._read_at = time.monotonic()
-        return local + self._offset
+            self._offset = store_now - self._read_at
+        return time.monotonic() + self._offset
 
 
 def check_log_name(log: str) -> str:

@@ -13,7 +13,7 @@ import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 from urllib.parse import quote, unquote, urlsplit
 
 from ..errors import StoreError
@@ -30,6 +30,7 @@ from .base import (
     Store,
     Updated,
     bad_url,
+    call_bound,
     check_key,
     check_log_name,
     decode_entry,
@@ -37,6 +38,9 @@ from .base import (
     encode_entry,
     encode_record,
 )
+
+LOCK_POLL, LOCK_POLL_MAX = 0.001, 0.05
+"""Seconds between two tries at a lock another process holds: first, and at most."""
 
 
 class FileStore(Store):
@@ -47,11 +51,24 @@ class FileStore(Store):
     ``leases/``, each kind changed under its own ``fcntl`` lock file.
     """
 
-    def __init__(self, url: str, prefix: str) -> None:
+    def __init__(self, url: str, prefix: str, *, timeout: float = 2.0) -> None:
+        """``timeout``: the store timeout; a lock is waited for at most :func:`.call_bound`
+        of it (a writer holds one for milliseconds), then the call fails."""
         super().__init__(url, prefix)
-        path = unquote(urlsplit(url).path)
+        self.lock_wait = call_bound(timeout)
+        split = urlsplit(url)
+        path = unquote(split.path)
         if not path:
             raise bad_url(url, "names no directory (file:///path/to/dir)")
+        if split.netloc not in ("", "localhost") or not os.path.isabs(path):
+            # Resolved against each process's working directory, a relative path would give
+            # a worker, its pool and the CLI run elsewhere different stores, silently.
+            raise bad_url(
+                url,
+                f"is not an absolute directory on this host (read as host "
+                f"{split.hostname or ''!r}, path {path!r}); a relative path is refused, "
+                "write file:///absolute/path/to/dir (three slashes)",
+            )
         self.root = Path(path) / quote(prefix, safe="")
         self.state_path = self.root / "state.json"
         self.workers_dir = self.root / "workers"
@@ -60,6 +77,12 @@ class FileStore(Store):
         self.events_dir = self.root / "events"
         self.records_dir = self.root / "records"
         self.leases_dir = self.root / "leases"
+
+    @classmethod
+    def open(
+        cls, url: str, prefix: str, *, timeout: float, options: Mapping[str, Any]
+    ) -> FileStore:
+        return cls(url, prefix, timeout=timeout)
 
     def now(self) -> float:
         return time.time()
@@ -218,13 +241,29 @@ class FileStore(Store):
         try:
             self.root.mkdir(parents=True, exist_ok=True)
             with open(lock_path or self._lock_path, "a") as lock:
-                fcntl.flock(lock, fcntl.LOCK_EX)
+                self._lock(lock)
                 try:
                     yield
                 finally:
                     fcntl.flock(lock, fcntl.LOCK_UN)
         except OSError as exc:
             raise self.failed(exc) from None
+
+    def _lock(self, lock: IO[str]) -> None:
+        """Take ``lock`` within :attr:`lock_wait` seconds, else fail: flock has no timeout."""
+        deadline = time.monotonic() + self.lock_wait
+        pause = LOCK_POLL
+        while True:
+            try:
+                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                return
+            except BlockingIOError:
+                if time.monotonic() >= deadline:
+                    raise self.failed(
+                        f"{lock.name} stayed locked for {self.lock_wait:g}s"
+                    ) from None
+                time.sleep(pause)
+                pause = min(pause * 2, LOCK_POLL_MAX)
 
     def _read(self, path: Path) -> bytes | None:
         try:

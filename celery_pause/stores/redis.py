@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
@@ -13,7 +14,7 @@ import redis
 
 from ..errors import StoreError
 from ..model.report import WorkerReport
-from ..model.state import PauseState
+from ..model.state import PauseState, unreadable_hold
 from .base import (
     Change,
     ClockOffset,
@@ -35,6 +36,8 @@ from .base import (
 )
 
 T = TypeVar("T")
+POLICY_CHECK = 60.0
+"""Seconds between two looks at the server's ``maxmemory-policy``."""
 
 # Extend the lease if ``owner`` holds it, else take it only if it is free.
 ACQUIRE_LEASE = """
@@ -83,6 +86,8 @@ class RedisStore(Store):
         self.replicas = replicas
         self.timeout = timeout
         self._clock = ClockOffset(self._server_time)
+        self._policy: str | None = None
+        self._policy_at = float("-inf")
         self.records_key = f"{prefix}:records"
         self._acquire_lease = self.client.register_script(ACQUIRE_LEASE)
         self._release_lease = self.client.register_script(RELEASE_LEASE)
@@ -103,12 +108,26 @@ class RedisStore(Store):
 
     def read(self) -> Snapshot:
         with self._failing():
-            raw = self.client.get(self.state_key)
-        return Snapshot(PauseState.decode(raw), self.now())
+            current = self._state(self.client)
+        return Snapshot(current, self.now())
+
+    def _state(self, client: redis.Redis | redis.client.Pipeline) -> PauseState:
+        """The stored state; a key of another Redis type (a list someone ``LPUSH``-ed)
+        reads as unreadable state, paused everywhere, which ``resume --force`` replaces
+        (``SET`` overwrites a key of any type)."""
+        try:
+            return PauseState.decode(client.get(self.state_key))
+        except redis.ResponseError as exc:
+            if not str(exc).startswith("WRONGTYPE"):
+                raise
+            kind = client.type(self.state_key)
+            kind = kind.decode() if isinstance(kind, bytes) else str(kind)
+            detail = f"unreadable pause state: {self.state_key} is a Redis {kind}, not a string"
+            return PauseState(generation=0, holds=(unreadable_hold(detail[:200]),))
 
     def update(self, change: Change[R]) -> Updated[R]:
         def transaction(pipe: redis.client.Pipeline) -> Updated[R]:
-            current = PauseState.decode(pipe.get(self.state_key))
+            current = self._state(pipe)
             seconds, micros = pipe.time()
             now = seconds + micros / 1e6
             outcome = change(current, now)
@@ -140,6 +159,32 @@ class RedisStore(Store):
                 f"{acknowledged} of {self.replicas} replica(s) acknowledged it within "
                 f"{wait:g}s; a failover now could lose it. Check the replicas, then the status"
             )
+
+    def warnings(self) -> list[str]:
+        """A warning when the server's ``maxmemory-policy`` may evict the pause state: its
+        keys have no TTL, so only ``noeviction`` and the ``volatile-*`` policies spare them."""
+        policy = self._eviction_policy()
+        if policy is None or policy == "noeviction" or policy.startswith("volatile-"):
+            return []
+        return [
+            f"maxmemory-policy is {policy}: under memory pressure Redis may evict "
+            f"{self.state_key}, and a state that is gone reads as nothing paused; "
+            "set maxmemory-policy noeviction (or a volatile-* policy)"
+        ]
+
+    def _eviction_policy(self) -> str | None:
+        """The server's ``maxmemory-policy`` (``INFO memory`` where ``CONFIG`` is renamed
+        away, as on managed servers), or ``None`` if it cannot be asked."""
+        if time.monotonic() - self._policy_at > POLICY_CHECK:
+            try:
+                policy = self.client.info("memory").get("maxmemory_policy")
+            except redis.RedisError:
+                return None
+            # A policy is a word of the server's: anything else is not shown.
+            known = isinstance(policy, str) and policy.replace("-", "").isalpha()
+            self._policy = policy if known else None
+            self._policy_at = time.monotonic()
+        return self._policy
 
     def put_worker(self, report: WorkerReport) -> None:
         with self._failing():

@@ -122,6 +122,8 @@ class ApplyStep(bootsteps.StartStopStep):
             applied.generation,
             paused,
         )
+        for warning in self.store.warnings():
+            logger.warning("celery-pause: store %s: %s", self.store.display_url, warning)
         return applied
 
     def stop(self, c: Consumer) -> None:

@@ -82,7 +82,7 @@ class Monitor:
         with self._lock:
             self.transitions["pause" if paused else "resume"] += 1
             if paused and not previous:
-                self.paused_at = time.time()
+                self.paused_at = self.state.clock.now()
             elif not paused:
                 self.paused_at = None
                 self.warned_at = None
@@ -143,7 +143,7 @@ class Monitor:
             paused_at = self.paused_at
             seen = set(self.breakers_seen)
         return snapshot.view(
-            now=time.time(),
+            now=self.state.clock.now(),
             connected=self.connected and not self.stopped,
             transitions=transitions,
             breakers_seen=seen,

@@ -132,7 +132,7 @@ class WorkerSnapshot:
         """What the probes serve, with what the monitor adds.
 
         Parameters:
-            now: The local time it is taken at.
+            now: The store time it is taken at (as the worker estimates it).
             connected: Whether the consumer is connected to the broker.
             transitions: Changes applied so far, to ``pause`` and to ``resume``.
             breakers_seen: Every breaker whose hold this worker applied once.

@@ -26,8 +26,9 @@ class StoreClock:
     """The store's clock, as this worker estimates it from its last read."""
 
     def __init__(self) -> None:
-        self._offset = 0.0
-        """Store time minus ``time.monotonic()``, as of the last read."""
+        self._offset = time.time() - time.monotonic()
+        """Store time minus ``time.monotonic()``, as of the last read (until the first, this
+        host's clock)."""
 
     def now(self) -> float:
         """Store time now."""

@@ -53,7 +53,7 @@ class GateFigures:
 
 @dataclass(frozen=True)
 class WorkerView:
-    """A consistent picture of one worker's pause, taken at ``now`` (local clock)."""
+    """A consistent picture of one worker's pause, taken at store time ``now`` (as estimated)."""
 
     hostname: str
     now: float

@@ -7,6 +7,9 @@ The URL is Celery's database result backend form: ``db+`` and a SQLAlchemy URL
 from __future__ import annotations
 
 import math
+import os
+import socket
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -16,7 +19,7 @@ from urllib.parse import urlsplit
 import sqlalchemy as sa
 
 from ...errors import StoreError
-from ..base import bad_url, display
+from ..base import bad_url, call_bound, display
 
 SCHEME = "db+"
 FAMILIES = ("postgresql", "mysql", "mariadb", "sqlite")
@@ -37,6 +40,53 @@ e.g. a deferred transaction creating the tables while another writes): run it ag
 
 class Retry(Exception):
     """The transaction lost a race (a duplicate first insert, a deadlock): run it again."""
+
+
+class Deadline:
+    """Cuts a connection whose transaction outlives its bound (:func:`.call_bound`).
+
+    Kernel timeouts do not bound a read whose request was acknowledged and whose reply
+    never comes (a peer that vanished, a middlebox that dropped the flow); psycopg has no
+    read timeout. Past the bound, the connection's socket is shut down: the blocked call
+    fails at once and the connection is discarded.
+    """
+
+    def __init__(self, dbapi_connection: Any, seconds: float) -> None:
+        self._fileno: int | None = _fileno(dbapi_connection)
+        self._lock = threading.Lock()
+        self.expired = False
+        self._timer = threading.Timer(seconds, self._expire)
+        self._timer.daemon = True
+
+    def __enter__(self) -> Deadline:
+        if self._fileno is not None:
+            self._timer.start()
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        with self._lock:
+            self._fileno = None  # the connection goes back to the pool: never cut it
+        self._timer.cancel()
+
+    def _expire(self) -> None:
+        with self._lock:
+            if self._fileno is None:
+                return
+            self.expired = True
+            try:
+                with socket.socket(fileno=os.dup(self._fileno)) as sock:
+                    sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass  # closed meanwhile: the call has failed already
+
+
+def _fileno(dbapi_connection: Any) -> int | None:
+    """The socket of a driver connection (psycopg ``fileno()``, PyMySQL ``_sock``)."""
+    fileno = getattr(dbapi_connection, "fileno", None)
+    if callable(fileno):
+        return int(fileno())
+    sock = getattr(dbapi_connection, "_sock", None)
+    return sock.fileno() if isinstance(sock, socket.socket) else None
 
 
 def open_engine(url: str, *, timeout: float) -> sa.Engine:
@@ -82,10 +132,22 @@ def _options(family: str, timeout: float) -> dict[str, Any]:
     if family == "sqlite":
         # A lock is waited for (busy timeout) rather than failing at once.
         return {"connect_args": {"timeout": max(timeout, 10.0), "check_same_thread": False}}
+    bound = int(call_bound(timeout))
     connect_args: dict[str, Any] = {"connect_timeout": seconds}
-    if family != "postgresql":
+    if family == "postgresql":
+        # The kernel gives up a dead peer: unacknowledged sends after the bound, an idle
+        # connection (a reply that never comes) after keepalives go unanswered. A reply
+        # lost behind a live peer is cut by :class:`Deadline`.
+        connect_args |= {
+            "keepalives": 1,
+            "keepalives_idle": seconds,
+            "keepalives_interval": seconds,
+            "keepalives_count": 2,
+            "tcp_user_timeout": bound * 1000,
+        }
+    else:
         # A read may wait for a row lock: allow more than a connect.
-        connect_args |= {"read_timeout": max(10 * seconds, 30), "write_timeout": 10 * seconds}
+        connect_args |= {"read_timeout": bound, "write_timeout": bound}
     return {
         "connect_args": connect_args,
         # No ping per checkout (a round trip on every store call): a connection the

@@ -33,6 +33,7 @@ from ..base import (
     Snapshot,
     Store,
     Updated,
+    call_bound,
     check_key,
     check_log_name,
     decode_entry,
@@ -40,7 +41,7 @@ from ..base import (
     encode_entry,
     encode_record,
 )
-from .engine import WRITE, Retry, clock, failing, open_engine
+from .engine import WRITE, Deadline, Retry, clock, failing, open_engine
 from .schema import NAME_LENGTH, PREFIX_LENGTH, log, prepare, values
 
 T = TypeVar("T")
@@ -61,6 +62,7 @@ class SqlStore(Store):
                 f"pause_key_prefix must be 1-{PREFIX_LENGTH} characters for the SQL store"
             )
         self.engine = open_engine(url, timeout=timeout)
+        self.call_bound = call_bound(timeout)
         self._pid = os.getpid()
         self._ready = False
         self._ready_lock = threading.Lock()
@@ -279,13 +281,18 @@ class SqlStore(Store):
         """Run ``work`` in one transaction, again if it lost a race."""
         self._prepare()
         for _ in range(ATTEMPTS):
+            deadline: Deadline | None = None
             try:
                 with self._failing(), self.engine.connect() as conn:
                     conn.execution_options(**{WRITE: write})
-                    with conn.begin():
+                    deadline = Deadline(conn.connection.dbapi_connection, self.call_bound)
+                    with deadline, conn.begin():
                         return work(conn)
-            except Retry:
-                continue
+            except (Retry, StoreError) as exc:
+                if deadline is not None and deadline.expired:
+                    raise self.failed(f"no answer within {self.call_bound:g}s") from None
+                if isinstance(exc, StoreError):
+                    raise
         raise StoreError(f"pause store {self.display_url}: gave up after {ATTEMPTS} conflicts")
 
     def _prepare(self) -> None:
@@ -310,9 +317,7 @@ class SqlStore(Store):
             raise StoreError(f"pause store {self.display_url}: cannot make its tables, locked")
 
     def _server_time(self) -> float:
-        self._prepare()
-        with self.engine.connect() as conn:
-            return clock(conn)
+        return self._run(clock, write=False)
 
     @contextmanager
     def _failing(self) -> Iterator[None]:

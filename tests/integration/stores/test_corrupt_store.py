@@ -184,3 +184,37 @@ def test_one_unreadable_hold_among_others_is_kept_until_forced_away(
         assert result.generation == 9
     finally:
         cluster.close()
+
+
+def test_a_state_key_of_another_redis_type_reads_unreadable_until_resume_force(
+    tmp_path: Path, store_client: redis.Redis
+) -> None:
+    # Given an app whose state key someone made a Redis list
+    cluster = Cluster(broker=REDIS_BROKER, tmp=tmp_path)
+    try:
+        celery_pause.pause(cluster.app, queues=["q1"], notify=False)
+        key = state_key(cluster)
+        store_client.delete(key)
+        store_client.lpush(key, b"oops")
+
+        # Then status reports an unreadable hold on every queue, never "nothing paused"
+        status = celery_pause.status(cluster.app)
+        assert status.paused == EVERYTHING
+        [hold] = status.holds
+        assert hold.source == UNREADABLE
+        assert hold.reason is not None and "is a Redis list, not a string" in hold.reason
+
+        # When resumed without force: the hold stays, and so does the list
+        assert [h.source for h in celery_pause.resume(cluster.app).remaining] == [UNREADABLE]
+        assert store_client.type(key) == b"list"
+
+        # When resumed with force: a valid state replaces the key, and the history says so
+        repaired = celery_pause.resume(cluster.app, force=True, notify=False)
+        assert [h.source for h in repaired.removed] == [UNREADABLE]
+        assert store_client.type(key) == b"string"
+        assert celery_pause.status(cluster.app).paused == Scope()
+        [entry, *_] = celery_pause.history(cluster.app)
+        assert entry.forced and entry.ended == (UNREADABLE,)
+        assert "resume  unreadable all queues" in entry.describe()
+    finally:
+        cluster.close()

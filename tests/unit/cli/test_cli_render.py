@@ -154,6 +154,15 @@ def test_status_text_when_running_and_no_worker() -> None:
     ]
 
 
+def test_status_text_names_a_store_warning_before_the_workers() -> None:
+    # Given a status whose store may evict its state
+    warned = replace(cluster_status([], []), store_warnings=("maxmemory-policy is allkeys-lru",))
+
+    # When rendered; Then the store line carries the warning
+    lines = status_lines(Overview(warned, {}, ()))
+    assert lines[1] == "Store: redis://:**@store:6379/0: WARNING maxmemory-policy is allkeys-lru"
+
+
 def test_reasons_and_names_cannot_drive_the_terminal() -> None:
     # Given a reason with an escape sequence and a newline
     evil = hold(reason="ok\x1b[2J\nState: RUNNING", paused_by="eve\x1b[31m")

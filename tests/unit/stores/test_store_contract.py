@@ -146,3 +146,19 @@ def test_an_unwritable_file_store_is_a_store_error_naming_it(tmp_path: Path) -> 
         store.read_log("history")
     with pytest.raises(StoreError, match=rf"^pause store file://{blocker} failed: "):
         store.update(lambda state, now: pytest.fail("never read"))
+
+
+@pytest.mark.parametrize("url", ["file://relative/dir", "file://host/dir"])
+def test_a_file_store_url_that_is_no_absolute_directory_is_refused(
+    url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given a working directory where a relative store would land
+    monkeypatch.chdir(tmp_path)
+
+    # When a file store is opened with a URL that names a host or a relative path
+    with pytest.raises(ConfigurationError, match="file:///absolute/path") as caught:
+        open_store(config(url))
+
+    # Then the error says why, and nothing was written anywhere
+    assert "is not an absolute directory on this host" in str(caught.value)
+    assert not list(tmp_path.iterdir())
