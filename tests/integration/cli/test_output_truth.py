@@ -101,3 +101,13 @@ def test_absurd_times_are_refused(
 
     # Then nothing was written
     assert celery_pause.status(redis_cluster.app).holds == ()
+
+
+def test_strict_refuses_a_worker_name_that_matches_no_live_worker(redis_cluster: Cluster) -> None:
+    # When an operator drains a worker that is not live, with --strict
+    result = pause(redis_cluster, "-d", "ghost@*", "--strict")
+
+    # Then it is refused, the name is said, and nothing is written
+    assert result.exit_code == 2, result.output
+    assert "worker 'ghost@*' matches no live worker" in result.output
+    assert celery_pause.status(redis_cluster.app).holds == ()

@@ -168,8 +168,10 @@ def project(tmp_path: Path) -> Iterator[Project]:
 
 
 def test_a_django_project_pauses_its_autodiscovered_tasks_from_the_cli(project: Project) -> None:
-    # Given a worker of the project, busy with a backlog it has partly prefetched
+    # Given a worker of the project, which says at start that the pause step is active ...
     project.worker()
+    assert "celery-pause: active; store redis://127.0.0.1:6379/15" in project.log("worker.log")
+    # ... busy with a backlog it has partly prefetched
     sent = project.send(12, duration=0.3)
     wait_for(lambda: project.records(), timeout=30, what="the first report to start")
 
