@@ -13,6 +13,7 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -42,42 +43,75 @@ class Retry(Exception):
     """The transaction lost a race (a duplicate first insert, a deadlock): run it again."""
 
 
-class Deadline:
+@dataclass(eq=False)
+class Call:
+    """One transaction the :class:`Watchdog` guards: its socket, when it is due, and whether
+    the watchdog cut it."""
+
+    fileno: int
+    due: float
+    expired: bool = False
+
+
+class Watchdog:
     """Cuts a connection whose transaction outlives its bound (:func:`.call_bound`).
 
     Kernel timeouts do not bound a read whose request was acknowledged and whose reply
     never comes (a peer that vanished, a middlebox that dropped the flow); psycopg has no
     read timeout. Past the bound, the connection's socket is shut down: the blocked call
-    fails at once and the connection is discarded.
+    fails at once and the connection is discarded. One thread per store watches every
+    call (started on first use, again in a forked child).
     """
 
-    def __init__(self, dbapi_connection: Any, seconds: float) -> None:
-        self._fileno: int | None = _fileno(dbapi_connection)
-        self._lock = threading.Lock()
-        self.expired = False
-        self._timer = threading.Timer(seconds, self._expire)
-        self._timer.daemon = True
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+        self._cond = threading.Condition()
+        self._calls: set[Call] = set()
+        self._thread: threading.Thread | None = None
 
-    def __enter__(self) -> Deadline:
-        if self._fileno is not None:
-            self._timer.start()
-        return self
+    @contextmanager
+    def guard(self, dbapi_connection: Any) -> Iterator[Call | None]:
+        """Watch the transaction run in the block on ``dbapi_connection`` (a connection
+        without a socket, SQLite's, is not watched: ``None``)."""
+        fileno = _fileno(dbapi_connection)
+        if fileno is None:
+            yield None
+            return
+        call = Call(fileno, time.monotonic() + self.seconds)
+        with self._cond:
+            self._calls.add(call)
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(
+                    target=self._watch, name="celery-pause-sql-watchdog", daemon=True
+                )
+                self._thread.start()
+            elif len(self._calls) == 1:
+                self._cond.notify()  # it waits for a first call
+        try:
+            yield call
+        finally:
+            with self._cond:
+                self._calls.discard(call)  # back to the pool: never cut from here on
 
-    def __exit__(self, *exc_info: object) -> None:
-        with self._lock:
-            self._fileno = None  # the connection goes back to the pool: never cut it
-        self._timer.cancel()
+    def _watch(self) -> None:
+        with self._cond:
+            while True:
+                now = time.monotonic()
+                for call in [c for c in self._calls if c.due <= now]:
+                    self._calls.discard(call)
+                    call.expired = True
+                    _shut(call.fileno)
+                due = min((c.due for c in self._calls), default=None)
+                self._cond.wait(None if due is None else due - now)
 
-    def _expire(self) -> None:
-        with self._lock:
-            if self._fileno is None:
-                return
-            self.expired = True
-            try:
-                with socket.socket(fileno=os.dup(self._fileno)) as sock:
-                    sock.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass  # closed meanwhile: the call has failed already
+
+def _shut(fileno: int) -> None:
+    """Shut the socket ``fileno`` down both ways: a call blocked on it fails at once."""
+    try:
+        with socket.socket(fileno=os.dup(fileno)) as sock:
+            sock.shutdown(socket.SHUT_RDWR)
+    except OSError:
+        pass  # closed meanwhile: the call has failed already
 
 
 def _fileno(dbapi_connection: Any) -> int | None:
@@ -137,7 +171,7 @@ def _options(family: str, timeout: float) -> dict[str, Any]:
     if family == "postgresql":
         # The kernel gives up a dead peer: unacknowledged sends after the bound, an idle
         # connection (a reply that never comes) after keepalives go unanswered. A reply
-        # lost behind a live peer is cut by :class:`Deadline`.
+        # lost behind a live peer is cut by :class:`Watchdog`.
         connect_args |= {
             "keepalives": 1,
             "keepalives_idle": seconds,

@@ -41,7 +41,7 @@ from ..base import (
     encode_entry,
     encode_record,
 )
-from .engine import WRITE, Deadline, Retry, clock, failing, open_engine
+from .engine import WRITE, Call, Retry, Watchdog, clock, failing, open_engine
 from .schema import NAME_LENGTH, PREFIX_LENGTH, log, prepare, values
 
 T = TypeVar("T")
@@ -63,6 +63,7 @@ class SqlStore(Store):
             )
         self.engine = open_engine(url, timeout=timeout)
         self.call_bound = call_bound(timeout)
+        self._watchdog = Watchdog(self.call_bound)
         self._pid = os.getpid()
         self._ready = False
         self._ready_lock = threading.Lock()
@@ -281,15 +282,15 @@ class SqlStore(Store):
         """Run ``work`` in one transaction, again if it lost a race."""
         self._prepare()
         for _ in range(ATTEMPTS):
-            deadline: Deadline | None = None
+            call: Call | None = None
             try:
                 with self._failing(), self.engine.connect() as conn:
                     conn.execution_options(**{WRITE: write})
-                    deadline = Deadline(conn.connection.dbapi_connection, self.call_bound)
-                    with deadline, conn.begin():
+                    dbapi_connection = conn.connection.dbapi_connection
+                    with self._watchdog.guard(dbapi_connection) as call, conn.begin():
                         return work(conn)
             except (Retry, StoreError) as exc:
-                if deadline is not None and deadline.expired:
+                if call is not None and call.expired:
                     raise self.failed(f"no answer within {self.call_bound:g}s") from None
                 if isinstance(exc, StoreError):
                     raise
@@ -300,6 +301,7 @@ class SqlStore(Store):
         if os.getpid() != self._pid:
             # A forked child must not share its parent's connections.
             self.engine.dispose(close=False)
+            self._watchdog = Watchdog(self.call_bound)
             self._pid = os.getpid()
         if self._ready:
             return
