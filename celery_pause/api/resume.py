@@ -12,7 +12,7 @@ from ..errors import InvalidInput
 from ..history import CANCEL, RESUME, record, resume_entry
 from ..model.lifting import Lifted, Lifting, lift
 from ..model.scope import Scope
-from ..model.validation import check_queues, check_ramp, check_tasks, check_workers
+from ..model.validation import check_ramp, check_scope
 from ..settings import config_for
 from ..stores import Snapshot, store_for
 from .operator import default_operator
@@ -73,9 +73,9 @@ def resume(
             ramp finds nothing paused in the scope.
         StoreError: The store cannot be reached.
     """
-    names = (check_queues(queues), check_tasks(tasks), check_workers(workers))
+    scope = check_scope({"queues": queues, "tasks": tasks, "workers": workers})
     seconds = check_ramp(ramp)
-    if hold is not None and (not isinstance(hold, str) or any(n is not None for n in names)):
+    if hold is not None and (not isinstance(hold, str) or not scope.everything):
         raise InvalidInput("give a hold id, or a scope (queues, tasks, workers), not both")
     config = config_for(app)
     store = store_for(app)
@@ -83,7 +83,7 @@ def resume(
     live = store.live_reports(config.worker_ttl, store.now()) if seconds is not None else []
     by = resumed_by or default_operator()
     lifting = Lifting(
-        scope=Scope.of(names[0], tasks=names[1], workers=names[2]),
+        scope=scope,
         hold_id=hold,
         force=force,
         windows=tuple(config.windows),
