@@ -21,7 +21,8 @@ RELEASES: dict[str, tuple[str, ...]] = {
     "5.7": ("celery[redis]==5.7.0", "kombu==5.7.0"),
 }
 """Each Celery minor release, with the kombu release it ships with (and redis-py if pinned)."""
-TOOLS = ("pytest>=8", "pytest-timeout>=2.3", "psutil>=5.9", "hypothesis>=6.100", "gevent>=24.2",
+TOOLS = ("pytest>=8", "pytest-timeout>=2.3", "psutil>=5.9", "hypothesis>=6.100", "sqlalchemy>=2",
+         "gevent>=24.2",
          "eventlet>=0.36")  # fmt: skip
 CHECKS = (
     "tests/unit/worker/test_pool_support.py",
