@@ -21,9 +21,16 @@ RELEASES: dict[str, tuple[str, ...]] = {
     "5.7": ("celery[redis]==5.7.0", "kombu==5.7.0"),
 }
 """Each Celery minor release, with the kombu release it ships with (and redis-py if pinned)."""
-TOOLS = ("pytest>=8", "pytest-timeout>=2.3", "psutil>=5.9", "hypothesis>=6.100", "sqlalchemy>=2",
-         "gevent>=24.2",
-         "eventlet>=0.36")  # fmt: skip
+TOOLS = (
+    "pytest>=8",
+    "pytest-timeout>=2.3",
+    "psutil>=5.9",
+    "hypothesis>=6.100",
+    "sqlalchemy>=2",
+    "gevent>=24.2",
+    "eventlet>=0.36",
+)
+"""What the checks need besides Celery (the test support imports SQLAlchemy)."""
 CHECKS = (
     "tests/unit/worker/test_pool_support.py",
     "tests/integration/worker/test_pause_holds.py",
