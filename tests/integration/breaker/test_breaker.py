@@ -443,9 +443,10 @@ def test_a_breaker_opens_only_where_a_worker_runs_its_agent(make_breaker_world: 
     )
     world.send(3, duration=0.05)
 
-    # Then the breaker opens, half-opens and closes once the dependency is back
+    # Then the breaker opens (its hold follows its record), half-opens and closes once the
+    # dependency is back
     world.wait_state("open")
-    assert world.breaker_holds()
+    wait_for(world.breaker_holds, timeout=DEADLINE, what="the breaker's hold")
     world.dependency("up")
     world.wait_state("closed")
     assert world.record()["period"] >= 1, "it closed through a half-open period"
@@ -465,8 +466,9 @@ def test_a_breaker_without_queues_pauses_its_tasks_and_not_its_queue(
     world.send(3, duration=0.05)
     world.wait_state("open")
 
-    # Then its hold covers exactly the tasks that use it, in every queue
-    (hold,) = world.breaker_holds()
+    # Then its hold (placed right after its record opens) covers exactly the tasks that use it,
+    # in every queue
+    (hold,) = wait_for(world.breaker_holds, timeout=DEADLINE, what="the breaker's hold")
     assert hold.scope == Scope.of(tasks=[AUTORETRY_TASK, CHARGE_TASK])
     # And other tasks of the same queue keep running while it is open
     others = [world.cluster.send(f"other{i}") for i in range(4)]
