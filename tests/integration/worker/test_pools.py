@@ -179,12 +179,17 @@ def test_nothing_in_a_paused_scope_starts_on_any_pool(pool_cluster: Cluster, cel
     late = [r["tag"] for r in starts if r["started"] > called]
     assert len(late) <= cell.concurrency + 2, f"started after the pause was called: {late}"
     if cell.prefetches_more:
-        assert held(worker) >= 1, "tasks received beyond the free slots should be held"
+        # a green pool's consumer waits for a free greenlet before it fetches more
+        wait_for(lambda: held(worker) >= 1, timeout=10, what="tasks beyond the slots to be held")
 
     # ... the ETA task falling due is held too, and nothing starts
     assert eta_due > window_start + 1, "the pause came too late to test the ETA task"
     held_before = held(worker)
-    wait_for(lambda: held(worker) > held_before, timeout=20, what="the ETA task to fall due")
+    wait_for(
+        lambda: held(worker) > held_before and scheduled(cluster, worker) == 0,
+        timeout=20,
+        what="the ETA task to fall due and be held",
+    )
     stays_quiet(cluster, window_start, 1.0)
 
     # ... also after a restart or a broker reconnect while paused
