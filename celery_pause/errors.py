@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from celery.exceptions import ImproperlyConfigured
@@ -9,6 +10,7 @@ from click import ClickException
 
 if TYPE_CHECKING:
     from .api.results import PauseResult
+    from .model.report import WorkerReport
     from .model.state import Hold
 
 
@@ -58,17 +60,41 @@ class PauseTimeout(PauseError):
     """The cluster did not confirm the pause in time; the pause stays in effect."""
 
     def __init__(
-        self, timeout: float, busy: dict[str, list[str]], *, paused: PauseResult | None = None
+        self,
+        timeout: float,
+        busy: dict[str, list[str]],
+        *,
+        paused: PauseResult | None = None,
+        silent: dict[str, float] | None = None,
     ) -> None:
         self.timeout = timeout
         self.busy = busy
         self.paused = paused
         """The pause that was recorded, when raised by :func:`celery_pause.pause`."""
-        detail = "; ".join(
-            f"{host}: " + (", ".join(tasks) if tasks else "has not applied the pause")
-            for host, tasks in sorted(busy.items())
+        self.silent = silent or {}
+        """Workers among ``busy`` that stopped reporting: seconds since they last did."""
+        super().__init__(f"pause not confirmed within {timeout:g}s: {self._detail()}")
+
+    @classmethod
+    def of(cls, timeout: float, busy: Sequence[WorkerReport]) -> PauseTimeout:
+        """The timeout for the workers ``busy``, which did not confirm."""
+        return cls(
+            timeout,
+            {w.hostname: list(w.running) for w in busy},
+            silent={w.hostname: w.silent for w in busy if w.silent},
         )
-        super().__init__(f"pause not confirmed within {timeout:g}s: {detail}")
+
+    def _detail(self) -> str:
+        parts = []
+        for host, tasks in sorted(self.busy.items()):
+            if host in self.silent:
+                said = f"was running {len(tasks)}" if tasks else "had not confirmed the pause"
+                parts.append(f"{host}: lost contact {self.silent[host]:.0f}s ago, {said}")
+            else:
+                parts.append(
+                    f"{host}: " + (", ".join(tasks) if tasks else "has not applied the pause")
+                )
+        return "; ".join(parts)
 
 
 class InvalidInput(PauseError, ValueError):

@@ -21,6 +21,8 @@ DEFAULTS: dict[str, Any] = {
     "pause_poll_interval": 2.0,
     "pause_max_hold": 300.0,
     "pause_worker_ttl": 10.0,
+    "pause_lease": 10.0,
+    "pause_forget_worker_after": 300.0,
     "pause_store_timeout": 2.0,
     "pause_http_port": None,
     "pause_http_host": "127.0.0.1",
@@ -48,6 +50,11 @@ class PauseConfig:
     max_hold: float
     worker_ttl: float
     store_timeout: float
+    lease: float | None = DEFAULTS["pause_lease"]
+    """Seconds a worker applies what it read without reading again; then it holds every
+    task until it reads the store (``None``: it keeps the last state read)."""
+    forget_worker_after: float = DEFAULTS["pause_forget_worker_after"]
+    """Seconds a worker that stopped reporting is still shown, and counted by waits."""
     http_port: int | None = DEFAULTS["pause_http_port"]
     http_host: str = DEFAULTS["pause_http_host"]
     health_stall_after: float = DEFAULTS["pause_health_stall_after"]
@@ -79,6 +86,10 @@ class PauseConfig:
         options = "pause_store_transport_options" if given else "broker_transport_options"
         beat_default = read.beat("pause_beat_default")
         warn_after = read.values["pause_warn_after"]
+        worker_ttl = max(read.positive("pause_worker_ttl"), 3 * poll_interval)
+        lease = None if read.values["pause_lease"] is None else read.positive("pause_lease")
+        lease = None if lease is None else max(lease, 3 * poll_interval)
+        silent = worker_ttl + (lease or 0.0)
         return cls(
             store_url=str(given or _broker_url(app)),
             store_from_broker=not given,
@@ -87,7 +98,9 @@ class PauseConfig:
             key_prefix=str(prefix),
             poll_interval=poll_interval,
             max_hold=_bounded_hold(app, read.positive("pause_max_hold")),
-            worker_ttl=max(read.positive("pause_worker_ttl"), 3 * poll_interval),
+            worker_ttl=worker_ttl,
+            lease=lease,
+            forget_worker_after=max(read.positive("pause_forget_worker_after"), silent),
             store_timeout=read.positive("pause_store_timeout"),
             http_port=read.port("pause_http_port"),
             http_host=str(read.values["pause_http_host"]),

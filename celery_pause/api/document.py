@@ -16,6 +16,7 @@ from celery import Celery
 
 from ..breaker.status import BreakerStatus, breaker_statuses
 from ..history import HistoryEntry, history
+from ..model.report import LOST
 from ..model.report import PAUSED as WORKER_PAUSED
 from ..model.scope import Target
 from ..model.state import Hold, PauseState
@@ -145,6 +146,7 @@ def status_json(
         "totals": {
             "workers": len(status.workers),
             "paused": states.count(WORKER_PAUSED),
+            "lost": states.count(LOST),
             "running_in_scope": sum(len(w.running) for w in status.workers),
             "active": sum(w.active for w in status.workers),
             "reserved": sum(w.reserved for w in status.workers),

@@ -152,7 +152,7 @@ def confirmed(
     try:
         workers = wait_until_quiet(app, result.generation, timeout, watch, since=start)
     except PauseTimeout as exc:
-        raise PauseTimeout(exc.timeout, exc.busy, paused=result) from None
+        raise PauseTimeout(exc.timeout, exc.busy, paused=result, silent=exc.silent) from None
     return replace(result, workers=tuple(workers))
 
 

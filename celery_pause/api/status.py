@@ -1,9 +1,10 @@
-"""The cluster's status: the holds in force and every live worker's report."""
+"""The cluster's status: the holds in force and every known worker's report."""
 
 from __future__ import annotations
 
 from celery import Celery
 
+from ..model.report import known
 from ..model.state import PauseState
 from ..model.windows import with_windows
 from ..settings import config_for
@@ -13,7 +14,7 @@ from .results import ClusterStatus
 
 def status(app: Celery) -> ClusterStatus:
     """The holds (with the maintenance windows' occurrences), the paused scope and every
-    live worker's report.
+    known worker's report (those that stopped reporting marked ``silent``).
 
     Parameters:
         app: The Celery app whose cluster to read.
@@ -28,13 +29,21 @@ def status(app: Celery) -> ClusterStatus:
         StoreError: The store cannot be reached.
     """
     store = store_for(app)
+    config = config_for(app)
     snapshot = store.read()
     state = in_force(app, snapshot)
     return ClusterStatus(
         state=state,
         now=snapshot.now,
         paused=state.paused(snapshot.now),
-        workers=tuple(store.live_reports(config_for(app).worker_ttl, snapshot.now)),
+        workers=tuple(
+            known(
+                store.worker_reports(),
+                snapshot.now,
+                ttl=config.worker_ttl,
+                forget=config.forget_worker_after,
+            )
+        ),
         store=store.display_url,
         queues=tuple(app.amqp.queues),
         store_warnings=tuple(store.warnings()),

@@ -1,4 +1,4 @@
-"""Waiting for a pause to take hold: a scheduled start, then quiet on every live worker."""
+"""Waiting for a pause to take hold: a scheduled start, then quiet on every known worker."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from collections.abc import Callable, Sequence
 from celery import Celery
 
 from ..errors import PauseTimeout
-from ..model.report import WorkerReport
+from ..model.report import WorkerReport, known
 from ..settings import config_for
 from ..stores import store_for
 
@@ -33,8 +33,12 @@ def wait_until_quiet(
     *,
     since: float | None = None,
 ) -> list[WorkerReport]:
-    """Poll worker reports until every live worker applied ``generation`` (as the state
+    """Poll worker reports until every known worker applied ``generation`` (as the state
     stood at store time ``since`` or later, when given) and is idle in scope.
+
+    A worker that stopped reporting (silent over ``pause_worker_ttl``) still counts
+    until ``pause_forget_worker_after``: quiet if its last report said so, else it
+    keeps the wait from confirming, for it may still start tasks in scope.
 
     A report of a generation above the stored one predates a reset of the state
     (the state was lost, or unreadable and then repaired, which restarts the
@@ -45,32 +49,38 @@ def wait_until_quiet(
         generation: The generation of the state every live worker must have applied
             (:attr:`PauseResult.generation`, :attr:`ResumeResult.generation`).
         timeout: Seconds to wait at most.
-        progress: Called with the live workers' reports at every poll.
+        progress: Called with the known workers' reports at every poll.
         since: A store time the workers' read of the state must be as recent as (the
             start of a scheduled pause).
 
     Returns:
-        The live workers' reports, every one quiet.
+        The known workers' reports, every one quiet.
 
     Raises:
         PauseTimeout: Some worker was not quiet within ``timeout``; ``.busy`` maps each
-            to the task ids it still runs.
+            to the task ids it still runs (as last reported), ``.silent`` each that
+            stopped reporting to how long ago it last did.
         StoreError: The store cannot be reached.
     """
     store = store_for(app)
-    ttl = config_for(app).worker_ttl
+    config = config_for(app)
     deadline = time.monotonic() + timeout
     while True:
-        workers = store.live_reports(ttl, store.now())
+        workers = known(
+            store.worker_reports(),
+            store.now(),
+            ttl=config.worker_ttl,
+            forget=config.forget_worker_after,
+        )
         if progress is not None:
             progress(workers)
-        busy = {w.hostname: list(w.running) for w in workers if not w.quiet_for(generation, since)}
+        busy = [w for w in workers if not w.quiet_for(generation, since)]
         if not busy:
             # Every report says quiet: read the state's generation only now, once.
             current = store.read().state.generation
-            busy = {w.hostname: list(w.running) for w in workers if w.generation > current}
+            busy = [w for w in workers if w.generation > current]
             if not busy:
                 return workers
         if time.monotonic() >= deadline:
-            raise PauseTimeout(timeout, busy)
+            raise PauseTimeout.of(timeout, busy)
         time.sleep(WAIT_POLL)

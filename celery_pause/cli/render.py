@@ -13,7 +13,7 @@ from ..api.document import Depths, Overview, WindowStatus, cluster_state, since
 from ..api.results import ClusterStatus, PauseResult, ResumeResult
 from ..model.formatting import format_duration, format_time
 from ..model.ramp import Ramp
-from ..model.report import APPLIED, WorkerReport
+from ..model.report import APPLIED, LOST, WorkerReport
 from ..model.scope import Scope, Target
 from ..model.state import BEAT_SKIP, Hold
 
@@ -190,7 +190,9 @@ def progress_lines(workers: Sequence[WorkerReport], generation: int) -> list[str
     for report in workers:
         if report.quiet_for(generation):
             continue
-        if report.status != APPLIED or report.generation < generation:
+        if report.silent:
+            lines.append(f"  {report.hostname}  {lost_text(report)}")
+        elif report.status != APPLIED or report.generation < generation:
             lines.append(f"  {report.hostname}  has not applied the pause yet")
         else:
             lines.append(
@@ -207,6 +209,9 @@ def timeout_lines(
     lines = [f"pause recorded but not confirmed within {timeout:g}s:"]
     for host, task_ids in sorted(busy.items()):
         report = reports.get(host)
+        if report is not None and report.silent:
+            lines.append(f"  {host} {lost_text(report)}")
+            continue
         if not task_ids:
             lines.append(f"  {host} has not applied the pause")
             continue
@@ -220,6 +225,12 @@ def timeout_lines(
         f"Follow it with `{hint} pause status`."
     )
     return lines
+
+
+def lost_text(report: WorkerReport) -> str:
+    """``lost contact 14s ago, was running 2``: a worker that stopped reporting."""
+    said = f"was running {len(report.running)}" if report.running else "ran nothing in scope"
+    return f"lost contact {report.silent:.0f}s ago, {said}"
 
 
 def flow(scope: Scope) -> str:
@@ -266,7 +277,8 @@ def workers_lines(status: ClusterStatus) -> list[str]:
         return [f"Workers: none live (reports in {status.store})"]
     states = [w.state_for(generation) for w in workers]
     in_scope = sum(len(w.running) for w in workers)
-    head = f"Workers: {len(workers)} live"
+    lost = states.count(LOST)
+    head = f"Workers: {len(workers) - lost} live" + (f", {lost} lost" if lost else "")
     if status.paused:
         head += f" ({states.count('paused')} paused, {in_scope} tasks running in scope)"
     lines = [head]
@@ -274,6 +286,8 @@ def workers_lines(status: ClusterStatus) -> list[str]:
     state_width = max(len(s) for s in states)
     for report, state in zip(workers, states, strict=True):
         parts = [report.hostname.ljust(host_width), state.ljust(state_width)]
+        if report.silent:
+            parts.append(lost_text(report))
         if report.status == APPLIED:
             parts.append(f"applied gen {report.generation}")
             parts.append(running_text(report, paused=bool(status.paused)))

@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 STARTING = "starting"
 APPLIED = "applied"
 APPLYING, RUNNING, PAUSING, PAUSED = "applying", "running", "pausing", "paused"
 """A worker's state in the status document, besides ``starting``."""
+LOST = "lost"
+"""The state of a worker that stopped reporting (it may be cut off, frozen or gone)."""
 
 
 @dataclass(frozen=True)
@@ -48,6 +51,9 @@ class WorkerReport:
     as_of: float = 0.0
     """Store time of the newest read of the state whose scope the worker applies: a hold
     that starts at ``t`` is applied once ``as_of >= t``."""
+    silent: float = 0.0
+    """Seconds since the report was written, once more than ``pause_worker_ttl``: the
+    worker lost contact (set by :func:`known`; a worker writes 0)."""
 
     def quiet_for(self, generation: int, since: float | None = None) -> bool:
         """Whether this worker applied ``generation`` (or later), as the state stood at
@@ -60,8 +66,10 @@ class WorkerReport:
         )
 
     def state_for(self, generation: int) -> str:
-        """``starting``, ``applying`` (behind ``generation``), ``running``, ``pausing`` or
-        ``paused``."""
+        """``lost``, ``starting``, ``applying`` (behind ``generation``), ``running``,
+        ``pausing`` or ``paused``."""
+        if self.silent:
+            return LOST
         if self.status != APPLIED:
             return STARTING
         if self.generation < generation:
@@ -95,6 +103,7 @@ class WorkerReport:
             "pause_guaranteed": self.guaranteed,
             "pool_problem": self.pool_problem or None,
             "as_of": self.as_of,
+            "silent": self.silent,
         }
 
     def encode(self) -> bytes:
@@ -135,3 +144,23 @@ class WorkerReport:
             )
         except (ValueError, KeyError, TypeError, AttributeError, OverflowError, RecursionError):
             return None
+
+
+def known(
+    reports: Iterable[WorkerReport], now: float, *, ttl: float, forget: float
+) -> list[WorkerReport]:
+    """The reports written within ``forget`` seconds of store time ``now``, by hostname;
+    those older than ``ttl`` marked :attr:`~WorkerReport.silent`.
+
+    A worker that stopped reporting is shown and waited for, not dropped: it may be
+    cut off from the store and still start tasks of a pause it has not read, until
+    its lease runs out.
+    """
+    found = []
+    for report in reports:
+        age = now - report.seen
+        if age <= ttl:
+            found.append(report)
+        elif age <= forget:
+            found.append(replace(report, silent=age))
+    return sorted(found, key=lambda r: r.hostname)

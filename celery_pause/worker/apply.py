@@ -29,15 +29,12 @@ from ..routing import QueueResolver
 from ..settings import config_for
 from ..stores import Snapshot, store_for
 from .gate import Gate
-from .pools import PoolSupport, StartCheck, shorten_synloop_wait, support_for
-from .snapshot import Applied, WorkerSnapshot
+from .pools import PoolSupport, StartCheck, shorten_synloop_wait, support_for, take_waiters
+from .snapshot import UNREAD, Applied, WorkerSnapshot
 from .state import StoreClock, WorkerState
 from .sync import StoreSync
 
 logger = logging.getLogger(__name__)
-
-UNREAD = Applied(-1, EVERYTHING)
-"""What a worker starts under when it cannot read the store: every queue held."""
 
 
 class ApplyStep(bootsteps.StartStopStep):
@@ -73,6 +70,7 @@ class ApplyStep(bootsteps.StartStopStep):
             greenlets=self.pool.greenlets,
             clock=clock.now,
             on_wait=self._wake,  # wakes the store thread to time the next start
+            on_lapse=self.fence,  # the lease ran out before the store thread saw it
         )
         c.on_task_request = self.gate
         if self.pool.start_check:
@@ -174,6 +172,24 @@ class ApplyStep(bootsteps.StartStopStep):
         """From the sync thread: a read or a report failed."""
         self.state.store_failed()
 
+    def renew(self, until: float) -> None:
+        """From the sync thread: a read worked; the gate applies it until ``until``."""
+        self.gate.renew(until)
+
+    def fence(self) -> None:
+        """From any thread: the lease ran out; hold every task until a read works."""
+        fenced = self.state.fence()
+        if fenced is None:
+            return
+        self.gate.close(EVERYTHING)
+        logger.error(
+            "celery-pause: no read of %s has worked for %gs (pause_lease): holding every "
+            "task until one does",
+            self.store.display_url,
+            self.config.lease,
+        )
+        self.consumer.call_soon(self._apply_latest)
+
     def return_expired(self) -> None:
         """From the sync thread: return expired held tasks on the loop, once."""
         if not self._return_scheduled:
@@ -229,7 +245,7 @@ class ApplyStep(bootsteps.StartStopStep):
                     c.add_task_queue(name)
         semaphore = getattr(c.controller, "semaphore", None)
         if semaphore is not None:
-            self.gate.take_waiters(semaphore)
+            take_waiters(self.gate, semaphore)
         drained = self.gate.return_drained()
         if drained:
             logger.info("celery-pause: returned %d task(s) of drained queues", drained)

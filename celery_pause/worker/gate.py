@@ -1,12 +1,12 @@
 """The in-worker gate: the one place a task request passes on its way to the pool.
 
 It wraps the consumer's ``on_task_request``, which every path to the pool goes
-through: freshly received messages, ETA tasks falling due, rate-limited tasks.
-While a request is in the paused scope the gate holds it (unacknowledged) instead
-of passing it on; held requests go on to the pool on resume, or back to the broker
-once held for ``max_hold`` seconds. Each held message widens the channel's prefetch
-window by one, as Celery does for the ETA tasks it keeps, so held tasks never stop
-the rest of their queue. A request of a queue the worker is drained from (a
+through: fresh messages, ETA tasks falling due, rate-limited tasks. While a request
+is in the paused scope, or the worker's lease ran out (:meth:`Gate.renew`), the gate
+holds it (unacknowledged); held requests go on to the pool on resume, or back to the
+broker once held for ``max_hold`` seconds. Each held message widens the channel's
+prefetch window by one, as Celery does for the ETA tasks it keeps, so held tasks never
+stop the rest of their queue. A request of a queue the worker is drained from (a
 worker-scoped hold) goes back to the broker at once, for other workers to run.
 
 On pools that start tasks in the worker process (threads, gevent, eventlet) the
@@ -38,7 +38,7 @@ from celery.worker import state as worker_state
 from celery.worker.request import Request
 
 from ..model.ramp import Ramp, Share, phase_of
-from ..model.scope import NOTHING, Scope, Target
+from ..model.scope import EVERYTHING, NOTHING, Scope, Target
 from .view import GateCounters, GateFigures, InFlight
 
 logger = logging.getLogger(__name__)
@@ -63,6 +63,7 @@ class Gate:
         greenlets: bool = False,
         clock: Callable[[], float] = time.time,
         on_wait: Callable[[], None] = lambda: None,
+        on_lapse: Callable[[], None] = lambda: None,
     ) -> None:
         """Wrap ``handler``, the consumer's task handler.
 
@@ -76,6 +77,7 @@ class Gate:
             greenlets: Whether the worker's threads are greenlets (``PoolSupport.greenlets``).
             clock: The store's clock, as this worker estimates it.
             on_wait: Called when a request starts waiting for its ramp and none waited before.
+            on_lapse: Called when a request finds the lease (:meth:`renew`) ran out.
         """
         self._handler = handler
         self._queue_of = queue_of
@@ -96,6 +98,8 @@ class Gate:
         """Requests let through by the pause, waiting for their ramp, in arrival order."""
         self.clock = clock
         self._on_wait = on_wait
+        self._on_lapse = on_lapse
+        self._lease_end = float("inf")
 
     @property
     def scope(self) -> Scope:
@@ -118,6 +122,17 @@ class Gate:
         with self._lock:
             self._scope = self._scope | scope
 
+    def renew(self, until: float) -> None:
+        """What the worker read holds until ``time.monotonic()`` reaches ``until``; after
+        that every request is held (the store thread may be frozen or stuck)."""
+        self._lease_end = until
+
+    def _lapsed(self) -> None:
+        """The lease ran out: hold everything from now on, and have the worker fence."""
+        self._lease_end = float("inf")
+        self.close(EVERYTHING)
+        self._on_lapse()
+
     def admit_with(self, admits: Admits) -> None:
         """Let requests ``admits`` returns true for pass although their scope is paused."""
         self._admits = admits
@@ -125,6 +140,8 @@ class Gate:
     def __call__(self, request: Request) -> Any:
         # On the consumer loop, where alone a scope opens (on green pools also the store
         # greenlet, but greenlets switch only where they block): no lock needed to decide.
+        if time.monotonic() >= self._lease_end:
+            self._lapsed()
         if not (self._scope.rules or self._shares):  # every task passes this way: keep it short
             return self._handler(request)
         if self.blocks(request):
@@ -211,6 +228,8 @@ class Gate:
                 "celery-pause: task %s is from a lost connection: left to the broker", request.id
             )
             return False
+        if time.monotonic() >= self._lease_end:
+            self._lapsed()
         if self.greenlets and not self._scope.rules:
             # Nothing is paused, and greenlets switch only where they block: no lock needed.
             self._started.add(request)
@@ -272,30 +291,13 @@ class Gate:
             next_ramp_start=self.next_ramp_start(),
         )
 
-    def take_waiters(self, semaphore: Any) -> int:
-        """Move requests of paused queues waiting for a pool slot into the gate.
-
-        The semaphore is kombu's ``LaxBoundedSemaphore``: its waiters are
-        ``(callback, args, kwargs)`` entries in a deque that must be edited in place.
-        """
-        waiting = getattr(semaphore, "_waiting", None)
-        if not waiting:
-            return 0
-        keep = []
-        taken = 0
+    def take(self, request: Any) -> bool:
+        """Hold ``request`` (a pool slot's waiter) if its scope is paused; whether it did."""
         with self._lock:
-            for entry in list(waiting):
-                _, args, _ = entry
-                request = args[0] if args else None
-                if isinstance(request, Request) and self.blocks(request):
-                    self._hold(request)
-                    taken += 1
-                else:
-                    keep.append(entry)
-        if taken:
-            waiting.clear()
-            waiting.extend(keep)
-        return taken
+            if not (isinstance(request, Request) and self.blocks(request)):
+                return False
+            self._hold(request)
+            return True
 
     def release(self, *, off_loop: bool = False) -> int:
         """Pass on, in arrival order, every held request whose queue is no longer paused.
@@ -364,10 +366,6 @@ class Gate:
                 request.acknowledged = True
             worker_state.task_ready(request)
             self.counters.returned += 1
-
-    def running(self, scope: Scope) -> list[str]:
-        """Ids of reserved requests in ``scope`` that the gate does not hold."""
-        return [task.id for task in self.in_flight() if task.within(scope)] if scope else []
 
     def in_flight(self) -> tuple[InFlight, ...]:
         """The requests that may be running, by id.

@@ -232,6 +232,23 @@ def _call_order(apply_target: Callable[..., Any]) -> list[str]:
     return calls
 
 
+def take_waiters(gate: Gate, semaphore: Any) -> int:
+    """Move requests of paused scopes waiting for a pool slot into ``gate``.
+
+    The semaphore is kombu's ``LaxBoundedSemaphore``: its waiters are
+    ``(callback, args, kwargs)`` entries in a deque that must be edited in place.
+    """
+    waiting = getattr(semaphore, "_waiting", None)
+    if not waiting:
+        return 0
+    keep = [entry for entry in list(waiting) if not (entry[1] and gate.take(entry[1][0]))]
+    taken = len(waiting) - len(keep)
+    if taken:
+        waiting.clear()
+        waiting.extend(keep)
+    return taken
+
+
 class StartCheck:
     """Wraps an in-process pool's ``on_apply`` so the gate decides as each task starts."""
 

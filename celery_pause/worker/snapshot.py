@@ -13,7 +13,7 @@ from typing import Any
 
 from ..model.ramp import Ramp
 from ..model.report import APPLIED, STARTING, WorkerReport
-from ..model.scope import NOTHING, Scope
+from ..model.scope import EVERYTHING, NOTHING, Scope
 from ..model.state import Hold
 from .pools import PoolSupport
 from .view import GateFigures, InFlight, WorkerView, breakers_in
@@ -29,6 +29,9 @@ class Applied:
 
 NOT_APPLIED = Applied(-1, NOTHING)
 """What a worker that has applied no state yet answers."""
+UNREAD = Applied(-1, EVERYTHING)
+"""What a worker applies while it cannot read the store (at start, or once its lease ran
+out): every task held."""
 
 
 @dataclass(frozen=True)

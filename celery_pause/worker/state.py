@@ -19,7 +19,7 @@ from ..model.ramp import Ramp
 from ..model.state import Hold, PauseState
 from .gate import Gate
 from .pools import PoolSupport
-from .snapshot import Applied, Delivered, WorkerSnapshot
+from .snapshot import UNREAD, Applied, Delivered, WorkerSnapshot
 
 
 class StoreClock:
@@ -106,14 +106,29 @@ class WorkerState:
         newest = Applied(state.generation, state.paused(now).for_worker(self.hostname))
         with self._lock:
             self._read(state, now)
-            if self._applied == newest:
-                self._as_of = now
+            if self._heading_to() == newest:
+                if self._applied == newest:
+                    self._as_of = now
                 return None
             self._holds = state.active_holds(now)
             self._newest = Delivered(newest, now)
             if self.pool.greenlets:
                 self._as_of = now
             return self._newest
+
+    def fence(self) -> Delivered | None:
+        """The lease ran out: every task held from now on, until a read works; ``None`` if
+        the worker holds every task for that reason already."""
+        with self._lock:
+            if self._heading_to() == UNREAD:
+                return None
+            self._newest = Delivered(UNREAD, self._as_of)
+            self._store_ok = False
+            return self._newest
+
+    def _heading_to(self) -> Applied | None:
+        """The newest state delivered (applied or not), else what was applied."""
+        return self._newest.applied if self._newest is not None else self._applied
 
     def store_failed(self) -> None:
         """A read or a report failed: the worker keeps the last known state."""

@@ -7,6 +7,12 @@ scheduled pause, a maintenance window's occurrence, an auto-resume), adds the
 app's maintenance windows to what it read, hands changes to the loop, and
 publishes the worker's report: on change, right after a hold started or ended,
 while tasks in a paused scope are still running, and as a heartbeat.
+
+Each read renews the worker's lease (``pause_lease``): once that long has passed
+since the start of the last read that worked, the worker fences itself and holds
+every task until a read works again, so a worker cut off from the store, frozen or
+stuck on a half-open connection cannot go on starting what a pause it never read
+covers.
 """
 
 from __future__ import annotations
@@ -44,6 +50,12 @@ class Followed(Protocol):
 
     def store_failed(self) -> None:
         """A read or a report failed: the worker keeps the last known state."""
+
+    def renew(self, until: float) -> None:
+        """A read worked: what it read holds until ``time.monotonic()`` reaches ``until``."""
+
+    def fence(self) -> None:
+        """The lease ran out: hold every task until a read works again."""
 
     def return_expired(self) -> None:
         """Have the requests held longer than ``pause_max_hold`` returned to the broker."""
@@ -90,6 +102,8 @@ class StoreSync(threading.Thread):
         self.next_change: float | None = None
         """Store time of the next start or end of a hold, read again exactly then."""
         self._change_local = 0.0
+        self._lease_end = float("inf")
+        """``time.monotonic()`` when the worker fences itself unless a read works first."""
 
     # -- called from other threads ------------------------------------------------
     def refresh(self) -> None:
@@ -114,10 +128,13 @@ class StoreSync(threading.Thread):
             self.store.put_worker(
                 self.worker.snapshot().report(seen=self.store.now(), starting=True)
             )
-            return self._in_force(self.store.read())
+            started = time.monotonic()
+            snapshot = self._in_force(self.store.read())
         except StoreError as exc:
             self._log_store_error(exc)
             return None
+        self._renew(started)
+        return snapshot
 
     # -- the thread -----------------------------------------------------------------
     def run(self) -> None:
@@ -128,6 +145,9 @@ class StoreSync(threading.Thread):
                     self._read_requested = False
                     self._read()
                     next_read = time.monotonic() + self._read_interval()
+                if time.monotonic() >= self._lease_end:
+                    self._lease_end = float("inf")
+                    self.worker.fence()
                 self._publish(self.worker.snapshot())
                 snapshot = self.worker.snapshot()
                 self._maybe_return_expired(snapshot)
@@ -147,11 +167,13 @@ class StoreSync(threading.Thread):
         return Snapshot(state, snapshot.now)
 
     def _read(self) -> None:
+        started = time.monotonic()
         try:
             snapshot = self._in_force(self.store.read())
         except StoreError as exc:
             self._log_store_error(exc)
             return
+        self._renew(started)
         if self._failing:
             logger.warning("celery-pause: store %s is reachable again", self.store.display_url)
         self._failing = False
@@ -164,6 +186,12 @@ class StoreSync(threading.Thread):
         if crossed:
             self._published = None  # a hold started or ended: say so at once
 
+    def _renew(self, started: float) -> None:
+        """A read that started at ``started`` worked: renew the lease from then."""
+        if self.config.lease is not None:
+            self._lease_end = started + self.config.lease
+            self.worker.renew(self._lease_end)
+
     def _read_interval(self) -> float:
         interval = self.config.poll_interval
         if self.next_change is not None:
@@ -172,7 +200,7 @@ class StoreSync(threading.Thread):
 
     def _timeout(self, snapshot: WorkerSnapshot, next_read: float) -> float:
         now = time.monotonic()
-        timeout = min(next_read, self._next_heartbeat) - now
+        timeout = min(next_read, self._next_heartbeat, self._lease_end) - now
         enforced = snapshot.enforced
         # Also while the last report still names running tasks: they may have ended
         # while it was being written, and the next report must say so at once.

@@ -232,10 +232,11 @@ def test_status_json_schema() -> None:
             "pause_guaranteed": True,
             "pool_problem": None,
             "as_of": 0.0,
+            "silent": 0.0,
         }
     ]
     assert doc["totals"] == {
-        "workers": 1, "paused": 0, "running_in_scope": 1, "active": 3, "reserved": 6, "held": 2,
+        "workers": 1, "paused": 0, "lost": 0, "running_in_scope": 1, "active": 3, "reserved": 6, "held": 2,
         "ramping": 0, "not_guaranteed": 0,
     }  # fmt: skip
     assert doc["queues"] == [

@@ -63,6 +63,12 @@ class EndingWorker:
     def pump(self) -> None:
         pass
 
+    def renew(self, until: float) -> None:
+        pass
+
+    def fence(self) -> None:
+        pass
+
 
 class EndsWhileWriting(MemoryStore):
     def __init__(self, worker: EndingWorker) -> None:
