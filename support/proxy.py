@@ -12,10 +12,19 @@ import selectors
 import socket
 import threading
 from types import TracebackType
+from urllib.parse import urlsplit, urlunsplit
 
 CHUNK = 65536
 TICK = 0.05
 """Seconds the proxy's loop waits for traffic before it looks at the switch again."""
+
+
+def through(url: str, port: int) -> str:
+    """``url`` with its server at ``127.0.0.1:port`` (a proxy's)."""
+    scheme, _, rest = url.partition("://")
+    split = urlsplit(f"x://{rest}")
+    user = f"{split.username}@" if split.username else ""
+    return f"{scheme}://" + urlunsplit(("", f"{user}127.0.0.1:{port}", *split[2:]))[2:]
 
 
 class Proxy:

@@ -29,7 +29,14 @@ from ..routing import QueueResolver
 from ..settings import config_for
 from ..stores import Snapshot, store_for
 from .gate import Gate
-from .pools import PoolSupport, StartCheck, shorten_synloop_wait, support_for, take_waiters
+from .pools import (
+    PoolSupport,
+    SlotCheck,
+    StartCheck,
+    shorten_synloop_wait,
+    support_for,
+    take_waiters,
+)
 from .snapshot import UNREAD, Applied, WorkerSnapshot
 from .state import StoreClock, WorkerState
 from .sync import StoreSync
@@ -75,6 +82,8 @@ class ApplyStep(bootsteps.StartStopStep):
         c.on_task_request = self.gate
         if self.pool.start_check:
             StartCheck(c.pool, self.gate)
+        elif getattr(c.controller, "semaphore", None) is not None:
+            SlotCheck(c.controller, self.gate)
         if self.pool.problem:
             logger.error("celery-pause: %s", self.pool.problem)
         self.state = WorkerState(hostname=c.hostname, pool=self.pool, gate=self.gate, clock=clock)
@@ -160,7 +169,7 @@ class ApplyStep(bootsteps.StartStopStep):
             # check and its hold blocks: the gate opens here as safely as on the loop,
             # and the report can say so before the loop matches the consumers.
             self.gate.hold_to(scope, self.state.ramps)
-            if self.gate.holding():
+            if self.gate.held_requests():
                 release = threading.Thread(target=self._release, name="celery-pause-release")
                 release.daemon = True
                 release.start()

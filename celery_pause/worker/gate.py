@@ -123,8 +123,7 @@ class Gate:
             self._scope = self._scope | scope
 
     def renew(self, until: float) -> None:
-        """What the worker read holds until ``time.monotonic()`` reaches ``until``; after
-        that every request is held (the store thread may be frozen or stuck)."""
+        """What the worker read holds until ``time.monotonic()`` reaches ``until``, then all."""
         self._lease_end = until
 
     def _lapsed(self) -> None:
@@ -266,10 +265,6 @@ class Gate:
         self._return(drained)
         return len(drained)
 
-    def holding(self) -> int:
-        """How many requests the gate holds."""
-        return len(self._held)
-
     def held_requests(self) -> list[Request]:
         """The held requests, in arrival order (a copy)."""
         return [req for req, _ in list(self._held)]
@@ -292,9 +287,13 @@ class Gate:
         )
 
     def take(self, request: Any) -> bool:
-        """Hold ``request`` (a pool slot's waiter) if its scope is paused; whether it did."""
+        """Hold ``request`` (given a pool slot, or waiting for one) if held now; whether it did."""
+        if time.monotonic() >= self._lease_end:
+            self._lapsed()
+        if not (self._scope.rules and isinstance(request, Request)):
+            return False
         with self._lock:
-            if not (isinstance(request, Request) and self.blocks(request)):
+            if not self.blocks(request):
                 return False
             self._hold(request)
             return True

@@ -249,6 +249,30 @@ def take_waiters(gate: Gate, semaphore: Any) -> int:
     return taken
 
 
+class SlotCheck:
+    """On prefork: asks the gate once more when a request gets its pool slot.
+
+    A request that passed the gate may wait for a slot (kombu's semaphore) while a
+    pause closes the gate, or while the worker is frozen past its lease; the gate
+    takes it when the slot comes instead of the pool, and the slot goes on to the
+    next waiter, as Celery does for a revoked task (its issue 877).
+    """
+
+    def __init__(self, controller: Any, gate: Gate) -> None:
+        self._start = controller._process_task
+        self._release = controller._quick_release
+        self._semaphore = controller.semaphore
+        self._gate = gate
+        controller._process_task = self
+
+    def __call__(self, request: Request) -> Any:
+        if not self._gate.take(request):
+            return self._start(request)
+        take_waiters(self._gate, self._semaphore)
+        self._release()
+        return None
+
+
 class StartCheck:
     """Wraps an in-process pool's ``on_apply`` so the gate decides as each task starts."""
 

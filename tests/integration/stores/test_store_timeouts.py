@@ -9,28 +9,19 @@ import fcntl
 import time
 import uuid
 from pathlib import Path
-from urllib.parse import urlsplit, urlunsplit
 
 import pytest
 
 from celery_pause.errors import StoreError
 from celery_pause.model.outcome import Outcome
 from celery_pause.stores.file import FileStore
-from support.proxy import Proxy
+from support.proxy import Proxy, through
 from support.services import require
 from support.stores import ADAPTERS
 
 TIMEOUT = 1.0
 BOUND = 3 * TIMEOUT + 1.0
 """Seconds a read on a blackholed connection may take: three store timeouts and a margin."""
-
-
-def through(url: str, port: int) -> str:
-    """``url`` with its server at ``127.0.0.1:port``."""
-    scheme, _, rest = url.partition("://")
-    split = urlsplit(f"x://{rest}")
-    user = f"{split.username}@" if split.username else ""
-    return f"{scheme}://" + urlunsplit(("", f"{user}127.0.0.1:{port}", *split[2:]))[2:]
 
 
 @pytest.mark.parametrize("kind", ["redis", "postgresql", "mariadb"])

@@ -236,8 +236,8 @@ def test_status_json_schema() -> None:
         }
     ]
     assert doc["totals"] == {
-        "workers": 1, "paused": 0, "lost": 0, "running_in_scope": 1, "active": 3, "reserved": 6, "held": 2,
-        "ramping": 0, "not_guaranteed": 0,
+        "workers": 1, "paused": 0, "lost": 0, "running_in_scope": 1, "active": 3, "reserved": 6,
+        "held": 2, "ramping": 0, "not_guaranteed": 0,
     }  # fmt: skip
     assert doc["queues"] == [
         {"name": "emails", "waiting": 7, "paused": True, "partly_paused": False},
