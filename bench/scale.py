@@ -110,6 +110,15 @@ class SimulatedWorker:
     def pump(self) -> None:
         self.gate.pump()
 
+    def renew(self, until: float) -> None:
+        self.gate.renew(until)
+
+    def fence(self) -> None:
+        fenced = self.state.fence()
+        if fenced is not None:
+            self.gate.hold_to(fenced.applied.scope)
+            self.state.mark_applied(fenced.applied)
+
 
 def run_workers(store_url: str, first: int, count: int, ready: Any, commands: Any) -> None:
     """A child process: ``count`` simulated workers until told to stop."""

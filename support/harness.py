@@ -304,14 +304,17 @@ class Cluster:
         args: tuple[str, ...] = (),
         install: bool = True,
         store: str | None = None,
+        environ: dict[str, str] | None = None,
     ) -> Worker:
         """A worker of this cluster's app; ``install=False`` leaves the pause step out,
-        ``store`` reaches the cluster's store another way (through a proxy)."""
+        ``store`` reaches the cluster's store another way (through a proxy), ``environ``
+        adds to its environment (``LD_PRELOAD``)."""
         names = ",".join(queues or [self.queue()])
         options = ["-P", pool, "-c", str(concurrency), "-Q", names, *args]
         env = {**self.env(extra), "PAUSE_TEST_INSTALL": "1" if install else "0"}
         if store is not None:
             env["PAUSE_TEST_STORE"] = store
+        env.update(environ or {})
         worker = Worker(self, name, options, env)
         self.workers.append(worker)
         return worker.start() if start else worker

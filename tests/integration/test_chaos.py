@@ -1,6 +1,7 @@
-"""Chaos: random pauses and resumes while workers are killed, store connections dropped
-and a push notification lost, on four workers of four pools (prefork, threads,
-gevent, eventlet). Run it alone with ``pytest -m chaos``; ``CHAOS_SEED=n`` replays a run.
+"""Chaos: random pauses and resumes while workers are killed, frozen (SIGSTOP) and cut
+off from the store (a proxy that forwards nothing), store connections dropped and a push
+notification lost, on four workers of four pools (prefork, threads, gevent, eventlet).
+Run it alone with ``pytest -m chaos``; ``CHAOS_SEED=n`` replays a run.
 
 It runs once with Redis and once with RabbitMQ as the broker. The store, and the
 Redis broker, are a private ``redis-server``: the test shortens the visibility
@@ -14,9 +15,12 @@ from __future__ import annotations
 import json
 import os
 import random
+import signal
+import threading
 import time
 from collections import Counter
 from collections.abc import Iterator
+from contextlib import suppress
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -29,6 +33,7 @@ import celery_pause
 from celery_pause.errors import InvalidInput, PauseTimeout
 from celery_pause.model.scope import NOTHING, Scope, Target
 from support.harness import AMQP_BROKER, Cluster, Worker, wait_for
+from support.proxy import Proxy, through
 from support.redis_server import RedisServer
 from support.services import require
 
@@ -43,6 +48,11 @@ greenlet pool (the consumer blocked) when a pause lands; on the green pools the 
 greenlet hands held tasks on while the consumer waits for the broker."""
 VISIBILITY = 8  # seconds before kombu redelivers the messages of a killed worker
 STORE_DB = 1
+LEASE = 3.0
+FAULT_SECONDS = LEASE + 2.0
+"""How long a worker stays frozen, or cut off from the store: past its lease and its TTL."""
+CUT = 1
+"""The worker (threads) that reaches the store through a proxy, to be cut off."""
 
 
 @dataclass
@@ -84,6 +94,9 @@ def chaos_cluster(
         tmp=tmp_path,
         poll_interval=1.0,
         task_acks_late=True,
+        pause_worker_ttl=LEASE,
+        pause_lease=LEASE,
+        pause_store_timeout=0.5,
         **broker_conf,
     )
     yield cluster
@@ -93,9 +106,12 @@ def chaos_cluster(
 class Chaos:
     """Drives the cluster and keeps a model of the holds and the acknowledged windows."""
 
-    def __init__(self, cluster: Cluster, server: RedisServer, rng: random.Random) -> None:
+    def __init__(
+        self, cluster: Cluster, server: RedisServer, proxy: Proxy, rng: random.Random
+    ) -> None:
         self.cluster = cluster
         self.server = server
+        self.proxy = proxy
         self.rng = rng
         self.queues = [cluster.queue(f"q{i}") for i in range(4)]
         self.workers: list[Worker] = []
@@ -211,12 +227,13 @@ class Chaos:
         assert victim.proc is not None and record["worker_pid"] == victim.proc.pid
         self.killed[victim.proc.pid] = time.time()
         victim.kill()
-        self.workers[index] = start_worker(self.cluster, index, self.queues)
+        self.workers[index] = self.start_worker(index)
         self.counts["workers killed while running a task"] += 1
 
     def drop_a_store_connection(self) -> None:
-        """CLIENT KILL one worker's store connection(s), found by their local ports."""
-        worker = self.rng.choice(self.workers)
+        """CLIENT KILL one worker's store connection(s), found by their local ports (not the
+        proxied worker's: the server sees the proxy's)."""
+        worker = self.rng.choice([w for i, w in enumerate(self.workers) if i != CUT])
         admin: redis.Redis = self.server.client()
 
         def store_clients() -> list[str]:
@@ -239,10 +256,33 @@ class Chaos:
         assert dropped, f"could not drop the store connection of {worker.hostname}"
         self.counts["store connections dropped"] += dropped
 
+    def freeze_a_worker(self) -> None:
+        """SIGSTOP a worker's main process; SIGCONT it ``FAULT_SECONDS`` later."""
+        worker = self.rng.choice(self.workers)
+        assert worker.proc is not None
+        pid = worker.proc.pid
+        os.kill(pid, signal.SIGSTOP)
+        threading.Timer(FAULT_SECONDS, thaw, (pid,)).start()
+        self.counts["workers frozen"] += 1
 
-def start_worker(cluster: Cluster, index: int, queues: list[str]) -> Worker:
-    """Worker ``w<index>``, on the pool ``POOLS[index]``, concurrency 2."""
-    return cluster.worker(f"w{index}", queues=queues, concurrency=2, pool=POOLS[index])
+    def cut_the_store(self) -> None:
+        """Cut worker ``CUT`` off from the store (not from the broker) for ``FAULT_SECONDS``."""
+        self.proxy.blackhole()
+        threading.Timer(FAULT_SECONDS, self.proxy.forward).start()
+        self.counts["workers cut off from the store"] += 1
+
+    def start_worker(self, index: int) -> Worker:
+        """Worker ``w<index>``, on the pool ``POOLS[index]``, concurrency 2; worker ``CUT``
+        reaches the store through the proxy."""
+        store = through(self.cluster.store_url, self.proxy.port) if index == CUT else None
+        return self.cluster.worker(
+            f"w{index}", queues=self.queues, concurrency=2, pool=POOLS[index], store=store
+        )
+
+
+def thaw(pid: int) -> None:
+    with suppress(ProcessLookupError):  # killed meanwhile
+        os.kill(pid, signal.SIGCONT)
 
 
 def test_pauses_hold_under_chaos(
@@ -252,30 +292,42 @@ def test_pauses_hold_under_chaos(
         broker = chaos_cluster.broker.split(":", 1)[0]  # the scheme only: the URL has a password
         print(f"\nchaos on {broker}, seed {SEED} (CHAOS_SEED={SEED} replays it)")
     rng = random.Random(SEED)
-    chaos = Chaos(chaos_cluster, server, rng)
+    proxy = Proxy(server.port)
+    with proxy:
+        run_chaos(Chaos(chaos_cluster, server, proxy, rng), rng, capsys)
+
+
+def run_chaos(chaos: Chaos, rng: random.Random, capsys: pytest.CaptureFixture[str]) -> None:
+    chaos_cluster = chaos.cluster
 
     # Given four workers (prefork, threads, gevent, eventlet) on four queues, acks late, and tasks
     # arriving steadily
-    chaos.workers = [start_worker(chaos_cluster, i, chaos.queues) for i in range(len(POOLS))]
+    chaos.workers = [chaos.start_worker(i) for i in range(len(POOLS))]
     for worker in chaos.workers:
         worker.wait_applied()
     faults = {
         "kill": sorted(rng.uniform(0.2, 0.75) * CHAOS_SECONDS for _ in range(2)),
         "drop": [rng.uniform(0.1, 0.9) * CHAOS_SECONDS],
         "swallow": [rng.uniform(0.1, 0.8) * CHAOS_SECONDS],
+        "freeze": [rng.uniform(0.1, 0.8) * CHAOS_SECONDS],
+        "cut": [rng.uniform(0.1, 0.8) * CHAOS_SECONDS],
+    }
+    act = {
+        "kill": chaos.kill_a_busy_worker,
+        "drop": chaos.drop_a_store_connection,
+        "freeze": chaos.freeze_a_worker,
+        "cut": chaos.cut_the_store,
     }
 
-    # When queues are paused and resumed at random every 0.2-1 s, workers are killed,
-    # a store connection is dropped and a push notification is lost
+    # When queues are paused and resumed at random every 0.2-1 s, workers are killed, frozen
+    # and cut off from the store, a store connection is dropped and a push notification is lost
     began = time.monotonic()
     while (elapsed := time.monotonic() - began) < CHAOS_SECONDS:
         chaos.send(min(TASKS - 10, int(TASKS * elapsed / CHAOS_SECONDS)) - len(chaos.sent))
-        if faults["kill"] and elapsed >= faults["kill"][0]:
-            faults["kill"].pop(0)
-            chaos.kill_a_busy_worker()
-        if faults["drop"] and elapsed >= faults["drop"][0]:
-            faults["drop"].pop(0)
-            chaos.drop_a_store_connection()
+        for fault, action in act.items():
+            if faults[fault] and elapsed >= faults[fault][0]:
+                faults[fault].pop(0)
+                action()
         if faults["swallow"] and elapsed >= faults["swallow"][0]:
             faults["swallow"].pop(0)
             chaos.swallow_pause = chaos.swallow_resume = True
@@ -296,7 +348,7 @@ def test_pauses_hold_under_chaos(
 
     finished = wait_for(all_finished, timeout=120, what=f"{len(chaos.sent)} tasks to finish")
     starts = chaos_cluster.records()
-    assert not faults["kill"] and not faults["drop"] and not faults["swallow"]
+    assert not any(faults.values())
     report = check_invariants(chaos, starts, finished)
 
     # ... no worker crashed, and the final status is consistent
