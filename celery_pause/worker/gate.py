@@ -1,13 +1,12 @@
 """The in-worker gate: the one place a task request passes on its way to the pool.
 
-It wraps the consumer's ``on_task_request``, which every path to the pool goes
-through: freshly received messages, ETA tasks falling due, rate-limited tasks.
-While a request is in the paused scope the gate holds it (unacknowledged) instead
-of passing it on; held requests go on to the pool on resume, or back to the broker
-once held for ``max_hold`` seconds. Each held message widens the channel's prefetch
-window by one, as Celery does for the ETA tasks it keeps, so held tasks never stop
-the rest of their queue. A request of a queue the worker is drained from (a
-worker-scoped hold) goes back to the broker at once, for other workers to run.
+It wraps the consumer's ``on_task_request``, which every path to the pool goes through:
+freshly received messages, ETA tasks falling due, rate-limited tasks. While a request is in
+the paused scope the gate holds it (unacknowledged) instead of passing it on; held requests
+go on to the pool on resume, or back to the broker once held for ``max_hold`` seconds. Each
+held message widens the channel's prefetch window by one, as Celery does for the ETA tasks
+it keeps, so held tasks never stop the rest of their queue. A request of a queue the worker
+is drained from (a worker-scoped hold) goes back to the broker at once, for other workers.
 
 On pools that start tasks in the worker process (threads, gevent, eventlet) the
 pool asks the gate once more at the moment it would start a task
@@ -39,6 +38,7 @@ from celery.worker.request import Request
 
 from ..model.ramp import Ramp, Share, phase_of
 from ..model.scope import NOTHING, Scope, Target
+from .broker import follow_master
 from .view import GateCounters, GateFigures, InFlight
 
 logger = logging.getLogger(__name__)
@@ -352,10 +352,10 @@ class Gate:
         self._return(requests)
         return len(requests)
 
-    def _return(self, requests: Iterable[Request]) -> None:
+    def _return(self, requests: list[Request]) -> None:
+        follow_master(requests)  # not to an old master that a failover left writable
         for request in requests:
-            # Straight to the channel rather than ``request.reject``, which defers to
-            # the event loop: at warm shutdown the loop no longer runs.
+            # Not ``request.reject``, which defers to the loop: at warm shutdown it no longer runs.
             if not request.acknowledged:
                 try:
                     request.message.reject(requeue=True)
