@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import math
 import time
 import uuid
@@ -35,6 +36,7 @@ from .base import (
     encode_record,
 )
 
+logger = logging.getLogger(__name__)
 T = TypeVar("T")
 POLICY_CHECK = 60.0
 """Seconds between two looks at the server's ``maxmemory-policy``."""
@@ -126,7 +128,7 @@ class RedisStore(Store):
             return PauseState(generation=0, holds=(unreadable_hold(detail[:200]),))
 
     def update(self, change: Change[R]) -> Updated[R]:
-        def transaction(pipe: redis.client.Pipeline) -> Updated[R]:
+        def transaction(pipe: redis.client.Pipeline) -> tuple[Updated[R], bool]:
             current = self._state(pipe)
             seconds, micros = pipe.time()
             now = seconds + micros / 1e6
@@ -134,12 +136,12 @@ class RedisStore(Store):
             if outcome.value is not None:
                 pipe.multi()
                 pipe.set(self.state_key, outcome.value.encode())
-            return Updated.of(current, now, outcome)
+            return Updated.of(current, now, outcome), _lifts_only(current, outcome.value)
 
         with self._failing():
-            updated = self._transaction(transaction, self.state_key)
+            updated, lifts = self._transaction(transaction, self.state_key)
             if self.replicas and updated.changed:
-                self._wait_for_replicas()
+                self._wait_for_replicas(lifts=lifts)
         return updated
 
     def _transaction(self, work: Callable[[redis.client.Pipeline], T], key: str) -> T:
@@ -148,17 +150,32 @@ class RedisStore(Store):
         run = cast(Callable[[redis.client.Pipeline], None], work)
         return cast(T, self.client.transaction(run, key, value_from_callable=True))
 
-    def _wait_for_replicas(self) -> None:
+    def _wait_for_replicas(self, *, lifts: bool = False) -> None:
         """Acknowledge a state change only once replicas hold it: a failover then keeps it.
-        ``WAIT`` gets half the socket timeout, so its answer arrives within it."""
+        ``WAIT`` gets half the socket timeout, so its answer arrives within it.
+
+        A change that ``lifts`` holds only is acknowledged without them (with a warning):
+        a failover that lost it would bring back what it lifted, paused, not run what it
+        held. Right after a failover the new master often has no replica yet (the old
+        master still resyncs), and a resume must work then.
+        """
         wait = self.timeout / 2
         acknowledged = int(self.client.wait(self.replicas, max(1, int(wait * 1000))))
-        if acknowledged < self.replicas:
+        if acknowledged >= self.replicas:
+            return
+        shortfall = (
+            f"pause store {self.display_url}: the change reached the master but "
+            f"{acknowledged} of {self.replicas} replica(s) acknowledged it within {wait:g}s"
+        )
+        if not lifts:
             raise StoreError(
-                f"pause store {self.display_url}: the change reached the master but "
-                f"{acknowledged} of {self.replicas} replica(s) acknowledged it within "
-                f"{wait:g}s; a failover now could lose it. Check the replicas, then the status"
+                f"{shortfall}; a failover now could lose it. Check the replicas, then the status"
             )
+        logger.warning(
+            "celery-pause: %s; it only lifts holds: a failover that lost it would pause "
+            "again. Check the status after a failover",
+            shortfall,
+        )
 
     def warnings(self) -> list[str]:
         """A warning when the server's ``maxmemory-policy`` may evict the pause state: its
@@ -306,6 +323,15 @@ class RedisStore(Store):
             yield
         except redis.RedisError as exc:
             raise self.failed(exc) from None
+
+
+def _lifts_only(before: PauseState, after: PauseState | None) -> bool:
+    """Whether ``after`` pauses nothing ``before`` did not: it adds or alters no hold and
+    drops no skip of a window's occurrence, so losing it can only pause again."""
+    return after is not None and (
+        all(hold in before.holds for hold in after.holds)
+        and all(skip in after.skips for skip in before.skips)
+    )
 
 
 def _client(url: str, timeout: float) -> redis.Redis:

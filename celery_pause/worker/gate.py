@@ -39,6 +39,7 @@ from celery.worker.request import Request
 
 from ..model.ramp import Ramp, Share, phase_of
 from ..model.scope import EVERYTHING, NOTHING, Scope, Target
+from .broker import follow_master
 from .view import GateCounters, GateFigures, InFlight
 
 logger = logging.getLogger(__name__)
@@ -353,10 +354,10 @@ class Gate:
         self._return(requests)
         return len(requests)
 
-    def _return(self, requests: Iterable[Request]) -> None:
+    def _return(self, requests: list[Request]) -> None:
+        follow_master(requests)  # not to an old master that a failover left writable
         for request in requests:
-            # Straight to the channel rather than ``request.reject``, which defers to
-            # the event loop: at warm shutdown the loop no longer runs.
+            # Not ``request.reject``, which defers to the loop: at warm shutdown it no longer runs.
             if not request.acknowledged:
                 try:
                     request.message.reject(requeue=True)

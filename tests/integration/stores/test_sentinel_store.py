@@ -1,5 +1,6 @@
-"""The Redis store through Sentinel: a failover while paused keeps the pause, a state change
-waits for a replica, and a ``sentinel://`` broker doubles as the store.
+"""The Redis store through Sentinel: a failover while paused keeps the pause and loses no held
+task, a state change that pauses waits for a replica, and a ``sentinel://`` broker doubles as
+the store.
 
 Each test runs its own master, replica and sentinel on free loopback ports.
 """
@@ -10,6 +11,7 @@ import os
 import time
 import uuid
 from collections.abc import Iterator
+from datetime import datetime, timezone
 from pathlib import Path
 
 import pytest
@@ -25,7 +27,7 @@ from celery_pause.settings import config_for
 from celery_pause.stores import store_for
 from celery_pause.stores.sentinel import SentinelStore
 from support.harness import REDIS_BROKER, Cluster, wait_for
-from support.observe import stays_quiet
+from support.observe import held, scheduled, stays_quiet
 from support.proj import make_app
 from support.sentinel import MASTER, SentinelSetup
 from support.services import require
@@ -46,6 +48,10 @@ def setup(tmp_path: Path) -> Iterator[SentinelSetup]:
 
 def pause_everything(state, now):  # type: ignore[no-untyped-def]
     return Outcome(state.with_holds([*state.holds, Hold(scope=EVERYTHING, paused_at=now)]), None)
+
+
+def lift_everything(state, now):  # type: ignore[no-untyped-def]
+    return Outcome(state.with_holds([]), None)
 
 
 def paused(app: Celery) -> bool:
@@ -105,6 +111,54 @@ def test_a_failover_while_paused_keeps_the_pause_and_resume_works(
         cluster.close()
 
 
+def test_a_failover_of_a_sentinel_broker_loses_no_held_task(
+    setup: SentinelSetup, tmp_path: Path
+) -> None:
+    # Given two prefork workers on a sentinel:// broker that doubles as the store, with
+    # prefetched and ETA tasks held by a confirmed pause
+    cluster = Cluster(
+        broker=setup.url,
+        tmp=tmp_path,
+        store="",
+        broker_transport_options={"master_name": MASTER},
+    )
+    try:
+        workers = [cluster.worker("w1"), cluster.worker("w2")]
+        for worker in workers:
+            worker.wait_applied()
+        eta = datetime.fromtimestamp(time.time() + 3, tz=timezone.utc)
+        sent = [cluster.send(f"eta{i}", eta=eta) for i in range(4)]
+        wait_for(
+            lambda: sum(scheduled(cluster, w) for w in workers) == 4,
+            timeout=15,
+            what="the ETA tasks to be received",
+        )
+        sent += [cluster.send(f"t{i}", 0.4) for i in range(16)]
+        cluster.wait_records(1)
+        celery_pause.pause(cluster.app, wait=True, timeout=20, reason="failover drill")
+        window_start = time.time()
+        wait_for(
+            lambda: not any(scheduled(cluster, w) for w in workers),
+            timeout=15,
+            what="the ETA tasks to fall due and be held",
+        )
+        assert all(held(w) for w in workers), "each worker should hold tasks"
+
+        # When the sentinel fails the master over, and one worker is restarted
+        setup.failover()
+        wait_for(lambda: paused(cluster.app), timeout=30, what="the status from the new master")
+        assert workers[0].stop() == 0
+        restarted = cluster.worker("w1")
+        restarted.wait_applied(celery_pause.status(cluster.app).state.generation)
+        stays_quiet(cluster, window_start, 1.0)
+        workers[1].check_alive()
+
+        # Then a resume runs every task exactly once, none before it
+        cluster.resume_and_check(sent, window_start)
+    finally:
+        cluster.close()
+
+
 def test_a_state_change_no_replica_acknowledges_is_an_error(tmp_path: Path) -> None:
     require("Redis", "127.0.0.1", 6379)
     if not SentinelSetup.available():
@@ -116,6 +170,11 @@ def test_a_state_change_no_replica_acknowledges_is_an_error(tmp_path: Path) -> N
         # When the state changes; Then the change is not acknowledged
         with pytest.raises(StoreError, match="0 of 1 replica"):
             store.update(pause_everything)
+
+        # ... but a change that only lifts holds is: losing it could only pause again
+        assert store.read().state.holds
+        assert store.update(lift_everything).changed
+        assert not store.read().state.holds
 
         # ... unless the store is told not to wait for replicas
         lenient = SentinelStore(
