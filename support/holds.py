@@ -53,8 +53,8 @@ def wait_restored(cluster: Cluster, hold: Hold, *, by: str, lost: str) -> PauseS
         return None
 
     state = wait_for(restored, timeout=30, what="a worker to restore the state")
+    assert state is not None and state.restored is not None
     assert state.holds == (hold,), "the hold restored is not the one placed"
-    assert state.restored is not None
     assert (state.restored.by, state.restored.lost) == (by, lost)
     entries = [e for e in celery_pause.history(cluster.app) if e.action == "restore"]
     assert [(e.by, e.reason, e.holds) for e in entries] == [(by, lost, (hold.id,))]
