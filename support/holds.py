@@ -41,9 +41,9 @@ def add_breaker_hold(
     store_for(app).update(add)
 
 
-def wait_restored(cluster: Cluster, hold: Hold, *, by: str, lost: str) -> PauseState:
-    """Wait until worker ``by`` wrote ``hold`` back after the store forgot it (``lost``:
-    what the store held); check it is exactly as placed, the history's ``restore`` entry
+def wait_restored(cluster: Cluster, *holds: Hold, by: str, lost: str) -> PauseState:
+    """Wait until worker ``by`` wrote ``holds`` back after the store forgot them (``lost``:
+    what the store held); check they are exactly as placed, the history's ``restore`` entry
     and the line ``pause status`` shows for it. Returns the state restored."""
 
     def restored() -> PauseState | None:
@@ -54,10 +54,15 @@ def wait_restored(cluster: Cluster, hold: Hold, *, by: str, lost: str) -> PauseS
 
     state = wait_for(restored, timeout=30, what="a worker to restore the state")
     assert state is not None and state.restored is not None
-    assert state.holds == (hold,), "the hold restored is not the one placed"
+    assert state.holds == holds, "the holds restored are not those placed"
     assert (state.restored.by, state.restored.lost) == (by, lost)
-    entries = [e for e in celery_pause.history(cluster.app) if e.action == "restore"]
-    assert [(e.by, e.reason, e.holds) for e in entries] == [(by, lost, (hold.id,))]
+    # The worker records the restore right after it wrote it
+    entries = wait_for(
+        lambda: [e for e in celery_pause.history(cluster.app) if e.action == "restore"],
+        timeout=10,
+        what="the restore entry in the history",
+    )
+    assert [(e.by, e.reason, e.holds) for e in entries] == [(by, lost, tuple(h.id for h in holds))]
     output = invoke(cluster.app, cli.pause, "status").output
     assert f"Restored by {by} at " in output and f": {lost}\n" in output, output
     return state

@@ -94,3 +94,37 @@ def test_a_store_that_forgets_the_pause_gets_it_back_from_the_worker(
             cluster.resume_and_check(sent, window_start)
         finally:
             cluster.close()
+
+
+def test_a_failover_that_lost_the_last_write_gets_it_back_from_the_worker(
+    redis_url: str, tmp_path: Path
+) -> None:
+    with private_redis() as url:
+        cluster = Cluster(broker=redis_url, tmp=tmp_path, store=url)
+        try:
+            # Given a worker that applied two pauses, the second of which the store then loses
+            # (as a replica promoted before it got the last write would)
+            worker = cluster.worker("w1")
+            worker.wait_applied()
+            window_start = time.time()
+            first = celery_pause.pause(cluster.app, queues=["other"], reason="first")
+            store = store_for(cluster.app)
+            assert isinstance(store, RedisStore)
+            client = redis.Redis.from_url(url)
+            older = client.get(store.state_key)
+            second = celery_pause.pause(
+                cluster.app, queues=[cluster.queue()], reason="second", wait=True
+            )
+            sent = [cluster.send(f"t{i}") for i in range(10)]
+            client.set(store.state_key, older)
+
+            # Then the worker writes both back, above the generation it knew, and nothing starts
+            lost = f"the store held an older generation {first.generation}"
+            state = wait_restored(cluster, first.hold, second.hold, by=worker.hostname, lost=lost)
+            assert state.generation == second.generation + 1
+            stays_quiet(cluster, window_start, 2.0)
+
+            # And the operator's resume lifts it: every task runs exactly once
+            cluster.resume_and_check(sent, window_start)
+        finally:
+            cluster.close()
