@@ -7,7 +7,8 @@ hold or window occurrence, ``skip`` of periodic tasks by ``celery beat``), when
 and holds that run out (``resume_at`` passed) are not written by anyone:
 :func:`history` adds a ``start`` and an ``expire`` entry for them when it reads.
 A ``skip`` entry counts, per beat entry, the runs beat did not send while the hold
-was active (``skipped``).
+was active (``skipped``). A ``restore`` entry says a worker (``by``) wrote back the
+holds it knew after the store forgot them (``reason``: what the store held instead).
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from celery import Celery
 from .errors import InvalidInput, StoreError
 from .model.formatting import format_duration, format_time
 from .model.scope import EVERYTHING, Scope, rule_from_json
-from .model.state import Hold
+from .model.state import Hold, PauseState, Restored
 from .settings import config_for
 from .stores import store_for
 
@@ -35,6 +36,7 @@ CANCEL = "cancel"
 EXPIRE = "expire"
 START = "start"
 SKIP = "skip"
+RESTORE = "restore"
 
 
 @dataclass(frozen=True)
@@ -188,6 +190,21 @@ def skip_entry(hold: Hold, at: float, skipped: dict[str, int]) -> HistoryEntry:
         reason=f"{total} run{'s' if total != 1 else ''} not sent while paused",
         holds=(hold.id,),
         skipped=dict(skipped),
+    )
+
+
+def restore_entry(state: PauseState, restored: Restored) -> HistoryEntry:
+    """The entry for ``state``, which a worker wrote back as ``restored`` says."""
+    scopes = {h.scope for h in state.holds}
+    return HistoryEntry(
+        action=RESTORE,
+        at=restored.at,
+        scope=scopes.pop() if len(scopes) == 1 else EVERYTHING,
+        source=",".join(sorted({h.source for h in state.holds})) or "manual",
+        by=restored.by,
+        reason=restored.lost,
+        generation=state.generation,
+        holds=tuple(h.id for h in state.holds),
     )
 
 

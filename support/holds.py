@@ -1,14 +1,22 @@
-"""Holds as the tests read and place them: the store's holds, and a breaker's hold put there."""
+"""Holds as the tests read and place them: the store's holds, a breaker's hold put there,
+and a state a worker restored after the store forgot it."""
 
 from __future__ import annotations
+
+from contextlib import suppress
 
 from celery import Celery
 
 import celery_pause
+from celery_pause import cli
+from celery_pause.errors import StoreError
 from celery_pause.model.outcome import Outcome
 from celery_pause.model.scope import Scope
 from celery_pause.model.state import Hold, PauseState
 from celery_pause.stores import store_for
+
+from .cli import invoke
+from .harness import Cluster, wait_for
 
 
 def holds(app: Celery) -> tuple[Hold, ...]:
@@ -31,3 +39,30 @@ def add_breaker_hold(
         return Outcome(state.with_holds([*state.live_holds(now), hold]), None)
 
     store_for(app).update(add)
+
+
+def wait_restored(cluster: Cluster, *holds: Hold, by: str, lost: str) -> PauseState:
+    """Wait until worker ``by`` wrote ``holds`` back after the store forgot them (``lost``:
+    what the store held); check they are exactly as placed, the history's ``restore`` entry
+    and the line ``pause status`` shows for it. Returns the state restored."""
+
+    def restored() -> PauseState | None:
+        with suppress(StoreError):
+            state = store_for(cluster.app).read().state
+            return state if state.restored is not None else None
+        return None
+
+    state = wait_for(restored, timeout=30, what="a worker to restore the state")
+    assert state is not None and state.restored is not None
+    assert state.holds == holds, "the holds restored are not those placed"
+    assert (state.restored.by, state.restored.lost) == (by, lost)
+    # The worker records the restore right after it wrote it
+    entries = wait_for(
+        lambda: [e for e in celery_pause.history(cluster.app) if e.action == "restore"],
+        timeout=10,
+        what="the restore entry in the history",
+    )
+    assert [(e.by, e.reason, e.holds) for e in entries] == [(by, lost, tuple(h.id for h in holds))]
+    output = invoke(cluster.app, cli.pause, "status").output
+    assert f"Restored by {by} at " in output and f": {lost}\n" in output, output
+    return state

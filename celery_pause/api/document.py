@@ -136,6 +136,7 @@ def status_json(
         "paused_queues": status.paused.names(),
         "since": since(status.holds) if status.paused else None,
         "generation": generation,
+        "restored": None if status.state.restored is None else status.state.restored.to_json(),
         "now": status.now,
         "store": status.store,
         "holds": [hold.to_json() for hold in status.holds],

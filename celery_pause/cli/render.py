@@ -251,6 +251,9 @@ def status_lines(view: Overview) -> list[str]:
         if began is not None:
             head += f" since {format_time(began)} ({format_duration(now - began)})"
     lines = [head]
+    restored = status.state.restored
+    if restored is not None:
+        lines.append(f"Restored by {restored.by} at {format_time(restored.at)}: {restored.lost}")
     lines.extend("  " + hold_line(hold, now) for hold in status.holds)
     if status.scheduled:
         lines.append("Scheduled (cancel one with `resume --hold ID`):")

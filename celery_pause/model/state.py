@@ -5,7 +5,10 @@ covers it (:mod:`.scope`): a hold is *live* until its ``resume_at`` passes and *
 ``start_at`` (if any) has come too, both judged by the store's clock. A live hold not yet started
 is *scheduled*. Beside the holds the state keeps, per maintenance window, the store time until
 which its occurrences are skipped (:mod:`.windows`). Every change to the state increases its
-generation.
+generation; every generation written since the state was first written from nothing (no
+state, or an unreadable one replaced) shares that state's *epoch*, a random id: a worker
+that reads no state, or an older generation of its epoch, knows the store forgot
+(:mod:`.restoring`).
 """
 
 from __future__ import annotations
@@ -135,6 +138,41 @@ class Hold:
             return unreadable_hold(f"unreadable hold: {exc!r}"[:200])
 
 
+def fresh_epoch() -> str:
+    """A new random epoch id."""
+    return uuid.uuid4().hex[:12]
+
+
+@dataclass(frozen=True)
+class Restored:
+    """How a worker restored the state after the store forgot it."""
+
+    by: str
+    """The worker's hostname."""
+    at: float
+    """Store time of the restore."""
+    lost: str
+    """What the store held instead: ``the store held no state``, or an older generation."""
+    generation: int
+    """The generation the worker knew and restored."""
+
+    def to_json(self) -> dict[str, Any]:
+        return {"by": self.by, "at": self.at, "lost": self.lost, "generation": self.generation}
+
+    @classmethod
+    def from_json(cls, data: Any) -> Restored:
+        """Decode it; :class:`TypeError` or :class:`KeyError` for anything amiss."""
+        generation = data["generation"]
+        if type(generation) is not int:
+            raise TypeError(f"restored generation is {generation!r}")
+        return cls(
+            by=require_str(data["by"]),
+            at=number(data["at"]),
+            lost=require_str(data["lost"]),
+            generation=generation,
+        )
+
+
 def unreadable_hold(detail: str) -> Hold:
     """A hold on every queue standing for state that could not be decoded."""
     return Hold(scope=EVERYTHING, source=UNREADABLE, reason=detail, id=UNREADABLE)
@@ -150,6 +188,23 @@ class PauseState:
     """``(window name, store time)``: that window's occurrences starting before it are skipped."""
     ramps: tuple[Ramp, ...] = ()
     """Ramped resumes, some perhaps over (see :meth:`live_ramps`)."""
+    epoch: str = ""
+    """Shared by every generation since the state was first written from nothing; empty
+    when nothing is stored (or the document predates epochs)."""
+    restored: Restored | None = None
+    """Set when a worker restored this state after the store forgot it, until the next
+    change."""
+
+    @property
+    def nothing(self) -> bool:
+        """Whether this is the state read when no state is stored."""
+        return not self.epoch and self.generation == 0 and not self.holds
+
+    def following(self, **changes: Any) -> PauseState:
+        """The next generation with ``changes``: same epoch (a fresh one for a state
+        written from nothing or replacing an unreadable one), no longer restored."""
+        epoch = self.epoch or fresh_epoch()
+        return replace(self, generation=self.generation + 1, epoch=epoch, restored=None, **changes)
 
     def live_holds(self, now: float) -> tuple[Hold, ...]:
         """The holds still in place at ``now``: active and scheduled ones."""
@@ -208,14 +263,14 @@ class PauseState:
 
     def with_holds(self, holds: Iterable[Hold]) -> PauseState:
         """The next generation, holding ``holds``."""
-        return replace(self, generation=self.generation + 1, holds=tuple(holds))
+        return self.following(holds=tuple(holds))
 
     def with_skip(self, window: str, until: float, now: float) -> PauseState:
         """The next generation, skipping ``window``'s occurrences that start before ``until``
         (markers that ran out by ``now`` are dropped)."""
         skips = {name: t for name, t in self.skips if t > now}
         skips[window] = max(until, skips.get(window, until))
-        return replace(self, generation=self.generation + 1, skips=tuple(sorted(skips.items())))
+        return self.following(skips=tuple(sorted(skips.items())))
 
     def encode(self) -> bytes:
         doc: dict[str, Any] = {
@@ -223,6 +278,10 @@ class PauseState:
             "generation": self.generation,
             "holds": [hold.to_json() for hold in self.holds],
         }
+        if self.epoch:
+            doc["epoch"] = self.epoch
+        if self.restored is not None:
+            doc["restored"] = self.restored.to_json()
         if self.skips:
             doc["skips"] = dict(self.skips)
         if self.ramps:
@@ -247,6 +306,9 @@ class PauseState:
             holds = _list(doc["holds"], "holds")
             skips = _skips(doc.get("skips", {}))
             ramps = tuple(Ramp.from_json(ramp) for ramp in _list(doc.get("ramps", []), "ramps"))
+            epoch = require_str(doc.get("epoch", ""))
+            restored = doc.get("restored")
+            restored = None if restored is None else Restored.from_json(restored)
         except (
             ValueError,
             KeyError,
@@ -262,6 +324,8 @@ class PauseState:
             holds=tuple(Hold.from_json(h) for h in holds),
             skips=skips,
             ramps=ramps,
+            epoch=epoch,
+            restored=restored,
         )
 
 

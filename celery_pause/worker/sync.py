@@ -13,6 +13,9 @@ since the start of the last read that worked, the worker fences itself and holds
 every task until a read works again, so a worker cut off from the store, frozen or
 stuck on a half-open connection cannot go on starting what a pause it never read
 covers.
+
+A read that shows the store forgot the state last read (:mod:`.recall`) is not
+applied: the worker writes that state back and applies it.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ from ..model.scope import Scope
 from ..model.windows import with_windows
 from ..settings import PauseConfig
 from ..stores import Snapshot, Store
+from .recall import Recall
 from .snapshot import WorkerSnapshot
 
 logger = logging.getLogger(__name__)
@@ -104,6 +108,9 @@ class StoreSync(threading.Thread):
         self._change_local = 0.0
         self._lease_end = float("inf")
         """``time.monotonic()`` when the worker fences itself unless a read works first."""
+        self.recall = Recall(
+            store=store, config=config, hostname=lambda: worker.snapshot().hostname
+        )
 
     # -- called from other threads ------------------------------------------------
     def refresh(self) -> None:
@@ -129,7 +136,7 @@ class StoreSync(threading.Thread):
                 self.worker.snapshot().report(seen=self.store.now(), starting=True)
             )
             started = time.monotonic()
-            snapshot = self._in_force(self.store.read())
+            snapshot = self._in_force(self.recall.check(self.store.read()))
         except StoreError as exc:
             self._log_store_error(exc)
             return None
@@ -169,7 +176,7 @@ class StoreSync(threading.Thread):
     def _read(self) -> None:
         started = time.monotonic()
         try:
-            snapshot = self._in_force(self.store.read())
+            snapshot = self._in_force(self.recall.check(self.store.read()))
         except StoreError as exc:
             self._log_store_error(exc)
             return

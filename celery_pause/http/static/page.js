@@ -70,7 +70,9 @@ function render(doc) {
   state.textContent = doc.state;
   state.className = "state " + doc.state.toLowerCase();
   document.getElementById("updated").textContent =
-    "generation " + doc.generation + " · updated " + when(doc.now);
+    "generation " + doc.generation + " · updated " + when(doc.now) +
+    (doc.restored ? " · restored by " + doc.restored.by + " at " + when(doc.restored.at) +
+      ": " + doc.restored.lost : "");
   fill("holds", doc.holds.map((h) => [
     h.source, holdScope(h), h.paused_by, h.reason, when(h.start_at || h.paused_at),
     when(h.resume_at) || "—", h.beat,

@@ -11,6 +11,7 @@ import pytest
 import celery_pause
 from celery_pause import PauseTimeout
 from support.harness import AMQP_BROKER, Cluster, free_port, redis_server, wait_for
+from support.holds import wait_restored
 from support.observe import held, stays_quiet
 from support.services import require
 
@@ -138,18 +139,25 @@ def test_worker_starting_without_a_store_holds_everything_until_it_can_read(
 
 
 def test_store_lost_while_paused_keeps_the_worker_paused(redis_url: str, tmp_path: Path) -> None:
-    # Given a paused worker whose store then goes away
+    # Given a paused worker with tasks waiting, whose store (a Redis without persistence) goes away
     port = free_port()
     cluster = Cluster(broker=redis_url, tmp=tmp_path, store=f"redis://:pw@127.0.0.1:{port}/0")
     try:
         with redis_server(port, "pw"):
             worker = cluster.worker("w1")
             worker.wait_applied()
-            celery_pause.pause(cluster.app, wait=True, timeout=20)
-        sent = [cluster.send(f"t{i}") for i in range(3)]
+            window_start = time.time()
+            paused = celery_pause.pause(
+                cluster.app,
+                reason="deploy",
+                paused_by="alice@ops",
+                resume_after=3600,
+                wait=True,
+                timeout=20,
+            )
+            sent = [cluster.send(f"t{i}") for i in range(40)]
 
         # Then it keeps its last known state: alive, logging, starting nothing
-        window_start = time.time()
         wait_for(
             lambda: worker.log_count("keeping the last known pause state"),
             timeout=30,
@@ -159,10 +167,16 @@ def test_store_lost_while_paused_keeps_the_worker_paused(redis_url: str, tmp_pat
         worker.check_alive()
         assert ":pw@" not in worker.log.read_text()
 
-        # When the store is back (empty, as a Redis without persistence comes back), work resumes
+        # When the store comes back empty, as a Redis without persistence restarts
         with redis_server(port, "pw"):
-            records = cluster.wait_records(len(sent), timeout=30)
-            assert sorted(r["id"] for r in records) == sorted(sent)
+            # Then the worker writes the hold back as placed, says so, and starts nothing
+            lost = "the store held no state"
+            wait_restored(cluster, paused.hold, by=worker.hostname, lost=lost)
+            stays_quiet(cluster, window_start, 3.0)
+            assert worker.log_count("restored the 1 hold(s)") == 1, "restored more than once"
+
+            # And the operator's resume lifts it: every task runs exactly once
+            cluster.resume_and_check(sent, window_start)
     finally:
         cluster.close()
 

@@ -20,7 +20,7 @@ from celery_pause.cli.render import progress_lines, resume_lines, status_lines, 
 from celery_pause.model.formatting import format_duration
 from celery_pause.model.report import APPLIED, STARTING, WorkerReport
 from celery_pause.model.scope import EVERYTHING, Scope
-from celery_pause.model.state import Hold, PauseState, unreadable_hold
+from celery_pause.model.state import Hold, PauseState, Restored, unreadable_hold
 
 NOW = 1_800_000_000.0
 
@@ -154,6 +154,20 @@ def test_status_text_when_running_and_no_worker() -> None:
     ]
 
 
+def test_status_says_who_restored_a_state_the_store_forgot() -> None:
+    # Given a state a worker restored after the store forgot it
+    status = cluster_status([hold()], [])
+    restored = Restored(by="w1@host", at=NOW, lost="the store held no state", generation=41)
+    status = replace(status, state=replace(status.state, restored=restored))
+
+    # Then the text says so under the state line, and the JSON has the facts
+    lines = status_lines(Overview(status, {}, ()))
+    assert lines[1] == "Restored by w1@host at 2027-01-15 08:00:00Z: the store held no state"
+    assert status_json(status, {})["restored"] == {
+        "by": "w1@host", "at": NOW, "lost": "the store held no state", "generation": 41,
+    }  # fmt: skip
+
+
 def test_status_text_names_a_store_warning_before_the_workers() -> None:
     # Given a status whose store may evict its state
     warned = replace(cluster_status([], []), store_warnings=("maxmemory-policy is allkeys-lru",))
@@ -205,11 +219,11 @@ def test_status_json_schema() -> None:
 
     # Then every documented key is there with its type
     assert set(doc) == {
-        "schema", "state", "paused_queues", "since", "generation", "now", "store",
+        "schema", "state", "paused_queues", "since", "generation", "restored", "now", "store",
         "holds", "scheduled", "ramps", "windows", "workers", "totals", "queues", "breakers",
     }  # fmt: skip
     assert doc["breakers"] == [] and doc["scheduled"] == [] and doc["windows"] == []
-    assert doc["ramps"] == []
+    assert doc["ramps"] == [] and doc["restored"] is None
     assert doc["schema"] == 1
     assert doc["state"] == "PARTIAL"
     assert doc["paused_queues"] == ["emails"]
