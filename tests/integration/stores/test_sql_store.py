@@ -257,3 +257,46 @@ def test_workers_on_rabbitmq_pause_and_resume_through_the_cli_with_postgresql(
         assert sorted(r["id"] for r in records) == sorted(sent)
     finally:
         cluster.close()
+
+
+@pytest.mark.parametrize(
+    ("url", "service", "port"),
+    [(POSTGRESQL_STORE, "PostgreSQL", 5432), (MARIADB_STORE, "MariaDB", 3306)],
+    ids=["postgresql", "mariadb"],
+)
+def test_workers_apply_a_pause_committed_by_another_client_at_its_broadcast(
+    tmp_path: Path, url: str, service: str, port: int
+) -> None:
+    # Given two workers on RabbitMQ, their state in the database, busy with short tasks, and
+    # a poll interval far longer than the wait: only the read at the broadcast can confirm
+    require("RabbitMQ", "127.0.0.1", 5672)
+    require(service, "127.0.0.1", port)
+    require("Redis", "127.0.0.1", 6379)  # where the test tasks record their starts
+    cluster = Cluster(broker=AMQP_BROKER, tmp=tmp_path, store=url, poll_interval=60.0)
+    try:
+        workers = [cluster.worker(name) for name in ("w1", "w2")]
+        for worker in workers:
+            worker.wait_applied()
+        sent = [cluster.send(f"t{i}", 0.02) for i in range(100)]
+        wait_for(
+            lambda: {r["worker"] for r in cluster.records()} >= {w.hostname for w in workers},
+            timeout=30,
+            what="both workers to start tasks",
+        )
+
+        # When this process (another client than the workers) commits a pause and waits
+        result = celery_pause.pause(cluster.app, wait=True, timeout=5)
+        confirmed_at = time.time()
+
+        # Then both workers confirmed the generation just committed, read at the broadcast
+        # (the next poll is a minute away), and nothing starts any more
+        assert {w.hostname for w in result.workers} == {w.hostname for w in workers}
+        assert all(w.generation >= result.generation for w in result.workers)
+        stays_quiet(cluster, confirmed_at, 0.5)
+
+        # And on resume every task runs, exactly once
+        celery_pause.resume(cluster.app)
+        records = cluster.wait_records(len(sent))
+        assert sorted(r["id"] for r in records) == sorted(sent)
+    finally:
+        cluster.close()
