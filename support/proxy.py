@@ -23,8 +23,8 @@ def through(url: str, port: int) -> str:
     """``url`` with its server at ``127.0.0.1:port`` (a proxy's)."""
     scheme, _, rest = url.partition("://")
     split = urlsplit(f"x://{rest}")
-    user = f"{split.username}@" if split.username else ""
-    return f"{scheme}://" + urlunsplit(("", f"{user}127.0.0.1:{port}", *split[2:]))[2:]
+    userinfo, at, _ = split.netloc.rpartition("@")
+    return f"{scheme}://" + urlunsplit(("", f"{userinfo}{at}127.0.0.1:{port}", *split[2:]))[2:]
 
 
 class Proxy:
