@@ -36,7 +36,8 @@ def wait_until_quiet(
     """Poll worker reports until every known worker applied ``generation`` (as the state
     stood at store time ``since`` or later, when given) and is idle in scope.
 
-    A worker that stopped reporting (silent over ``pause_worker_ttl``) still counts
+    The first poll reads every report, the next ones those of the workers not quiet
+    yet. A worker that stopped reporting (silent over ``pause_worker_ttl``) still counts
     until ``pause_forget_worker_after``: quiet if its last report said so, else it
     keeps the wait from confirming, for it may still start tasks in scope.
 
@@ -65,12 +66,10 @@ def wait_until_quiet(
     store = store_for(app)
     config = config_for(app)
     deadline = time.monotonic() + timeout
+    reports = {r.hostname: r for r in store.worker_reports()}
     while True:
         workers = known(
-            store.worker_reports(),
-            store.now(),
-            ttl=config.worker_ttl,
-            forget=config.forget_worker_after,
+            reports.values(), store.now(), ttl=config.worker_ttl, forget=config.forget_worker_after
         )
         if progress is not None:
             progress(workers)
@@ -84,3 +83,10 @@ def wait_until_quiet(
         if time.monotonic() >= deadline:
             raise PauseTimeout.of(timeout, busy)
         time.sleep(WAIT_POLL)
+        # Read again only the workers not quiet yet: one that confirmed holds the scope
+        # until a later generation, and one that starts now reads the state before it
+        # consumes anything. A busy worker whose report is gone shut down.
+        names = [w.hostname for w in busy]
+        for name in names:
+            reports.pop(name, None)
+        reports.update((r.hostname, r) for r in store.reports_of(names))

@@ -7,7 +7,7 @@ import math
 import re
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
@@ -131,6 +131,12 @@ class Store(ABC):
     @abstractmethod
     def worker_reports(self) -> list[WorkerReport]:
         """Every recorded worker report, live or stale."""
+
+    def reports_of(self, hostnames: Collection[str]) -> list[WorkerReport]:
+        """The recorded reports of ``hostnames`` (those it has): what a wait reads after its
+        first poll, so that each poll costs what is still busy, not the whole cluster."""
+        wanted = set(hostnames)
+        return [r for r in self.worker_reports() if r.hostname in wanted]
 
     def live_reports(self, ttl: float, now: float) -> list[WorkerReport]:
         """Reports seen within ``ttl`` seconds of store time ``now``, by hostname."""

@@ -7,7 +7,7 @@ import logging
 import math
 import time
 import uuid
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any, TypeVar, cast
 
@@ -215,6 +215,14 @@ class RedisStore(Store):
         with self._failing():
             raw = self.client.hgetall(self.workers_key)
         reports = (WorkerReport.decode(value) for value in raw.values())
+        return [report for report in reports if report is not None]
+
+    def reports_of(self, hostnames: Collection[str]) -> list[WorkerReport]:
+        if not hostnames:
+            return []
+        with self._failing():
+            raw = self.client.hmget(self.workers_key, list(hostnames))
+        reports = (WorkerReport.decode(value) for value in raw if value is not None)
         return [report for report in reports if report is not None]
 
     def append_log(self, log: str, entry: Mapping[str, Any], *, keep: int) -> None:

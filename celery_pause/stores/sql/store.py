@@ -13,7 +13,7 @@ import json
 import os
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any, TypeVar
 
@@ -104,6 +104,17 @@ class SqlStore(Store):
     def worker_reports(self) -> list[WorkerReport]:
         rows = self._run(lambda conn: self._all(conn, WORKER), write=False)
         reports = (WorkerReport.decode(value) for _, value in rows)
+        return [report for report in reports if report is not None]
+
+    def reports_of(self, hostnames: Collection[str]) -> list[WorkerReport]:
+        if not hostnames:
+            return []
+        names = [_name(hostname) for hostname in hostnames]
+        query = sa.select(values.c.value).where(
+            (values.c.prefix == self.prefix) & (values.c.kind == WORKER) & values.c.name.in_(names)
+        )
+        rows = self._run(lambda conn: list(conn.execute(query)), write=False)
+        reports = (WorkerReport.decode(row[0]) for row in rows)
         return [report for report in reports if report is not None]
 
     def append_log(self, log_name: str, entry: Mapping[str, Any], *, keep: int) -> None:

@@ -156,8 +156,13 @@ def test_worker_reports_round_trip_and_removal(store: Store) -> None:
     assert sorted(r.hostname for r in store.worker_reports()) == ["w1@host", "w2@host"]
     assert report in store.worker_reports()
 
+    # ... and read by name: those asked for that it has, nothing for none asked
+    assert store.reports_of(["w1@host", "w3@host"]) == [report]
+    assert store.reports_of([]) == []
+
     store.remove_worker("w1@host")
     assert [r.hostname for r in store.worker_reports()] == ["w2@host"]
+    assert store.reports_of(["w1@host"]) == []
 
 
 def test_corrupt_state_reads_as_paused_everything(store: Store) -> None:
