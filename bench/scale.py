@@ -123,8 +123,11 @@ class SimulatedWorker:
 def run_workers(store_url: str, first: int, count: int, ready: Any, commands: Any) -> None:
     """A child process: ``count`` simulated workers until told to stop."""
     app = make_app(store_url)
-    store = open_store(config_for(app))
-    workers = [SimulatedWorker(app, store, f"sim{first + i}@scale") for i in range(count)]
+    # A store (its own connections) per worker, as on real workers
+    workers = [
+        SimulatedWorker(app, open_store(config_for(app)), f"sim{first + i}@scale")
+        for i in range(count)
+    ]
     for worker in workers:
         worker.start()
     ready.put(count)
@@ -255,7 +258,8 @@ def main() -> None:
         if args.store_url:
             results.append(measure(count, args.store_url, args.rounds, args.idle))
             continue
-        with RedisServer() as server:
+        # A connection or two per simulated worker, as many as real workers would open
+        with RedisServer(args=("--maxclients", str(2 * count + 100))) as server:
             results.append(measure(count, server.url(), args.rounds, args.idle))
         print(json.dumps(results[-1]), file=sys.stderr)
     conditions = {"cpus": os.cpu_count(), "store": (args.store_url or "redis (private)")}

@@ -65,8 +65,9 @@ def free_port() -> int:
 
 
 @contextmanager
-def redis_server(port: int, password: str) -> Iterator[None]:
-    """A private, throw-away redis-server on ``port`` for as long as the block runs."""
+def redis_server(port: int, password: str, *args: str) -> Iterator[None]:
+    """A private, throw-away redis-server on ``port`` for as long as the block runs
+    (``args``: more of its options)."""
     server = subprocess.Popen(
         [
             shutil.which("redis-server") or "redis-server",
@@ -80,6 +81,7 @@ def redis_server(port: int, password: str) -> Iterator[None]:
             "no",
             "--requirepass",
             password,
+            *args,
         ],
         stdout=subprocess.DEVNULL,
     )

@@ -17,8 +17,9 @@ from .harness import free_port, redis_server
 class RedisServer:
     """``with RedisServer() as server:`` runs one password-protected server for the block."""
 
-    def __init__(self, *, password: str | None = None) -> None:
+    def __init__(self, *, password: str | None = None, args: tuple[str, ...] = ()) -> None:
         self.password = password or uuid.uuid4().hex
+        self.args = args
         self.port = free_port()
         self._running = ExitStack()
 
@@ -37,7 +38,7 @@ class RedisServer:
         return int(self.client().info("server")["process_id"])
 
     def __enter__(self) -> RedisServer:
-        self._running.enter_context(redis_server(self.port, self.password))
+        self._running.enter_context(redis_server(self.port, self.password, *self.args))
         return self
 
     def __exit__(
