@@ -123,9 +123,11 @@ class SimulatedWorker:
 def run_workers(store_url: str, first: int, count: int, ready: Any, commands: Any) -> None:
     """A child process: ``count`` simulated workers until told to stop."""
     app = make_app(store_url)
-    # A store (its own connections) per worker, as on real workers
+    # On Redis a store (its own connections) per worker, as on real workers (redis-py 8
+    # caps a pool at 100); a SQL database admits a pool per process, not per worker.
+    shared = None if store_url.startswith("redis") else open_store(config_for(app))
     workers = [
-        SimulatedWorker(app, open_store(config_for(app)), f"sim{first + i}@scale")
+        SimulatedWorker(app, shared or open_store(config_for(app)), f"sim{first + i}@scale")
         for i in range(count)
     ]
     for worker in workers:
