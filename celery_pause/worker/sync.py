@@ -135,13 +135,10 @@ class StoreSync(threading.Thread):
             self.store.put_worker(
                 self.worker.snapshot().report(seen=self.store.now(), starting=True)
             )
-            started = time.monotonic()
-            snapshot = self._in_force(self.recall.check(self.store.read()))
+            return self._fetch()
         except StoreError as exc:
             self._log_store_error(exc)
             return None
-        self._renew(started)
-        return snapshot
 
     # -- the thread -----------------------------------------------------------------
     def run(self) -> None:
@@ -173,14 +170,20 @@ class StoreSync(threading.Thread):
         state = with_windows(snapshot.state, self.config.windows, snapshot.now)
         return Snapshot(state, snapshot.now)
 
-    def _read(self) -> None:
+    def _fetch(self) -> Snapshot:
+        """Read the state (written back first if the store forgot it), with the windows in
+        force, and renew the lease from the start of the read."""
         started = time.monotonic()
+        snapshot = self._in_force(self.recall.check(self.store.read()))
+        self._renew(started)
+        return snapshot
+
+    def _read(self) -> None:
         try:
-            snapshot = self._in_force(self.recall.check(self.store.read()))
+            snapshot = self._fetch()
         except StoreError as exc:
             self._log_store_error(exc)
             return
-        self._renew(started)
         if self._failing:
             logger.warning("celery-pause: store %s is reachable again", self.store.display_url)
         self._failing = False
