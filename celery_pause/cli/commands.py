@@ -13,6 +13,7 @@ recorded but not confirmed by ``--wait`` in time; 130 interrupted while waiting
 from __future__ import annotations
 
 import json
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from datetime import datetime, timedelta
@@ -224,7 +225,7 @@ def pause(
         raise click.UsageError("--resume-at must come after --start-at", ctx)
 
     app: Celery = ctx.obj.app
-    stream = click.get_text_stream("stdout")
+    stream = sys.stdout
     progress = LiveProgress(stream=stream, tty=stream.isatty())
     if wait and start_at is not None:
         ctx.obj.echo(f"Scheduling the pause; waiting for its start at {start_at.isoformat()}…")
