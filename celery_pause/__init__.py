@@ -8,7 +8,7 @@ from celery import Celery
 # its beat_init handler, importing control registers the remote commands, and
 # censor_store_url() (called below) has Celery mask pause_store_url.
 from . import beat, control  # noqa: F401
-from .api import pause, resume, status
+from .api import pause, resume, status, throttle
 from .api.results import ClusterStatus, PauseResult, ResumeResult
 from .breaker.circuit import CircuitBreaker
 from .breaker.status import BreakerStatus, breaker_status, breaker_statuses
@@ -24,6 +24,7 @@ from .errors import (
     StoreError,
 )
 from .history import HistoryEntry, format_history, history
+from .model.limit import Limit
 from .model.report import WorkerReport
 from .model.scope import Scope
 from .model.state import Hold, PauseState
@@ -45,6 +46,7 @@ __all__ = (
     "Hold",
     "InvalidInput",
     "InvalidWindow",
+    "Limit",
     "PauseError",
     "PauseResult",
     "PauseState",
@@ -63,6 +65,7 @@ __all__ = (
     "pause",
     "resume",
     "status",
+    "throttle",
 )
 
 

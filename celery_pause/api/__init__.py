@@ -1,4 +1,4 @@
-"""The Python API: pause, resume and status of the whole cluster, and waiting for quiet.
+"""The Python API: pause, throttle, resume and status of the whole cluster, and waiting for quiet.
 
 Each operation checks its input (:mod:`celery_pause.model.validation`), applies a pure rule to
 the state (:mod:`celery_pause.model`), writes it through the store, tells the workers, records
@@ -12,6 +12,15 @@ from .operator import default_operator
 from .pause import pause
 from .resume import resume
 from .status import status
+from .throttle import throttle
 from .waiting import wait_until_quiet
 
-__all__ = ("default_operator", "lifted_scope", "pause", "resume", "status", "wait_until_quiet")
+__all__ = (
+    "default_operator",
+    "lifted_scope",
+    "pause",
+    "resume",
+    "status",
+    "throttle",
+    "wait_until_quiet",
+)

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 from ..errors import AlreadyPaused, InvalidInput
 from .formatting import format_time
+from .limit import Limit
 from .outcome import Outcome
 from .scope import Scope
 from .state import MANUAL, Hold, PauseState
@@ -30,6 +31,8 @@ class Placing:
     beat: str = "queue"
     force: bool = False
     """Replace the manual holds it overlaps instead of refusing."""
+    limit: Limit | None = None
+    """``None``: a pause; else the limit placed (a throttle)."""
 
 
 @dataclass(frozen=True)
@@ -44,7 +47,9 @@ def place(state: PauseState, now: float, placing: Placing) -> Outcome[PauseState
     """The state with the hold ``placing`` asks for, at store time ``now``.
 
     Raises :class:`InvalidInput` for a start or resume time that is not ahead, and
-    :class:`AlreadyPaused` for an overlapping manual hold unless ``placing.force``.
+    :class:`AlreadyPaused` for an overlapping manual pause unless ``placing.force``. A limit
+    replaces the manual limit of the same scope (turning the dial) and leaves every other
+    hold: where several cover a task, the strictest decides, and a pause beats a limit.
     """
     start = placing.start_at
     if start is not None and start <= now:
@@ -69,16 +74,20 @@ def place(state: PauseState, now: float, placing: Placing) -> Outcome[PauseState
         resume_at=until,
         start_at=start,
         beat=placing.beat,
+        limit=placing.limit,
     )
     live = state.live_holds(now)
-    conflicts = tuple(
-        other
-        for other in live
-        if other.manual
-        and other.scope.overlaps(placing.scope)
-        and other.overlaps_in_time(hold, now)
-    )
-    if conflicts and not placing.force:
+    conflicts = tuple(other for other in live if other.manual and _conflict(other, hold, now))
+    if conflicts and not placing.force and hold.pauses:
         raise AlreadyPaused(list(conflicts))
     following = state.with_holds([*(h for h in live if h not in conflicts), hold])
     return Outcome(following, Placed(hold, conflicts))
+
+
+def _conflict(other: Hold, placed: Hold, now: float) -> bool:
+    """Whether ``placed`` replaces (or, a pause, refuses) the manual hold ``other``."""
+    if other.pauses != placed.pauses or not other.overlaps_in_time(placed, now):
+        return False
+    if placed.pauses:
+        return other.scope.overlaps(placed.scope)
+    return other.scope == placed.scope

@@ -21,6 +21,7 @@ from typing import Any
 
 from .formatting import clip, format_time
 from .jsonfields import number, optional_str, require_str
+from .limit import Limit
 from .ramp import Ramp
 from .scope import EVERYTHING, NOTHING, Scope, rule_from_json
 
@@ -51,6 +52,13 @@ class Hold:
     """Store time the hold starts; ``None``: at once (it was placed at ``paused_at``)."""
     beat: str = BEAT_QUEUE
     """What ``celery beat`` does with periodic tasks in scope: ``queue`` or ``skip``."""
+    limit: Limit | None = None
+    """``None``: the hold pauses its scope; else it limits its scope's rate or concurrency."""
+
+    @property
+    def pauses(self) -> bool:
+        """Whether the hold stops its scope (a limit only slows it)."""
+        return self.limit is None
 
     def live(self, now: float) -> bool:
         """Whether the hold is still in place (active or scheduled) at store time ``now``."""
@@ -79,7 +87,8 @@ class Hold:
         return self.source[len(WINDOW_PREFIX) :] if self.source.startswith(WINDOW_PREFIX) else None
 
     def describe(self) -> str:
-        parts = [f"{self.source} hold on {self.scope.describe()}"]
+        kind = "hold" if self.limit is None else f"limit {self.limit.describe()}"
+        parts = [f"{self.source} {kind} on {self.scope.describe()}"]
         if self.paused_by:
             parts.append(f"by {clip(self.paused_by)}")
         if self.start_at is not None:
@@ -111,6 +120,7 @@ class Hold:
             "resume_at": self.resume_at,
             "start_at": self.start_at,
             "beat": self.beat,
+            **({} if self.limit is None else self.limit.to_json()),
         }
 
     @classmethod
@@ -133,6 +143,7 @@ class Hold:
                 resume_at=None if resume_at is None else number(resume_at),
                 start_at=None if start_at is None else number(start_at),
                 beat=beat,
+                limit=Limit.from_json(data),
             )
         except (KeyError, TypeError, ValueError, AttributeError, OverflowError) as exc:
             return unreadable_hold(f"unreadable hold: {exc!r}"[:200])
@@ -220,11 +231,17 @@ class PauseState:
         return tuple(sorted(scheduled, key=lambda hold: hold.began))
 
     def paused(self, now: float) -> Scope:
-        """What is paused at store time ``now``: the union of the active holds' scopes."""
+        """What is paused at store time ``now``: the union of the active pausing holds'
+        scopes (limits slow their scope, they do not pause it)."""
         scope = NOTHING
         for hold in self.active_holds(now):
-            scope = scope | hold.scope
+            if hold.pauses:
+                scope = scope | hold.scope
         return scope
+
+    def limits(self, now: float) -> tuple[Hold, ...]:
+        """The active holds that limit their scope at ``now``."""
+        return tuple(hold for hold in self.active_holds(now) if not hold.pauses)
 
     def next_expiry(self, now: float) -> float | None:
         """Store time of the next auto-resume, if any hold has one."""

@@ -14,12 +14,14 @@ from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from ..errors import InvalidInput
+from .limit import MAX_CONCURRENCY, MAX_RATE, Limit, format_rate
 from .ramp import MAX_RAMP
 from .scope import DIMENSIONS, Scope
 from .state import BEAT_POLICIES
 
 UNITS = {"d": 86400, "h": 3600, "m": 60, "s": 1}
 DURATION = re.compile(r"(\d+(?:\.\d+)?)([dhms])")
+RATE = re.compile(r"\s*(\d+(?:\.\d*)?|\.\d+)\s*(?:/\s*([smh]))?\s*\Z")
 MAX_DURATION = timedelta(days=366)
 LATEST = datetime(9999, 12, 31, 23, 59, 59, tzinfo=timezone.utc).timestamp()
 """The latest store time accepted for a resume or a start: the last second a date can show."""
@@ -204,6 +206,43 @@ def check_ramp(ramp: timedelta | float | None) -> float | None:
     if not (0 < seconds <= MAX_RAMP):
         raise InvalidInput(f"ramp must be positive and at most a day (86400 s), got {seconds:g} s")
     return seconds
+
+
+def check_limit(rate: str | float | None, concurrency: int | None) -> Limit:
+    """A limit from a rate (Celery's notation: ``10/s``, ``100/m``, ``5/h``, or tasks per
+    second) and a concurrency (a whole number); at least one of the two."""
+    if rate is None and concurrency is None:
+        raise InvalidInput("give a rate (e.g. 10/s), a concurrency (e.g. 3), or both")
+    per_second = None if rate is None else parse_rate(rate)
+    if concurrency is not None and (
+        isinstance(concurrency, bool)
+        or not isinstance(concurrency, int)
+        or not 0 < concurrency <= MAX_CONCURRENCY
+    ):
+        raise InvalidInput(
+            f"concurrency must be a whole number from 1 to {MAX_CONCURRENCY}, got {concurrency!r}"
+        )
+    return Limit(rate=per_second, concurrency=concurrency)
+
+
+def parse_rate(rate: str | float) -> float:
+    """Tasks per second from ``10/s``, ``100/m``, ``5/h`` or a number (per second)."""
+    if isinstance(rate, bool) or not isinstance(rate, (str, int, float)):
+        raise InvalidInput(f"rate must be like 10/s, 100/m, 5/h or a number, got {rate!r}")
+    if isinstance(rate, str):
+        match = RATE.match(rate)
+        if match is None:
+            raise InvalidInput(
+                f"not a rate: {rate[:40]!r} (use e.g. 10/s, 100/m, 5/h or tasks per second)"
+            )
+        per_second = float(match.group(1)) / UNITS[match.group(2) or "s"]
+    else:
+        per_second = float(rate)
+    if not 0 < per_second <= MAX_RATE:  # NaN too
+        raise InvalidInput(
+            f"rate must be above 0 and at most {format_rate(MAX_RATE)}, got {str(rate)[:40]!r}"
+        )
+    return per_second
 
 
 def check_positive(

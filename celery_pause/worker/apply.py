@@ -29,6 +29,7 @@ from ..routing import QueueResolver
 from ..settings import config_for
 from ..stores import Snapshot, store_for
 from .gate import Gate
+from .limits import LimitKeeper
 from .pools import (
     PoolSupport,
     SlotCheck,
@@ -88,6 +89,13 @@ class ApplyStep(bootsteps.StartStopStep):
             logger.error("celery-pause: %s", self.pool.problem)
         self.state = WorkerState(hostname=c.hostname, pool=self.pool, gate=self.gate, clock=clock)
         self.sync = StoreSync(store=self.store, config=self.config, worker=self)
+        self.limits = LimitKeeper(
+            store=self.store,
+            hostname=c.hostname,
+            clock=clock.now,
+            ttl=self.config.worker_ttl,
+            pump=self.pump,
+        )
         c.pause_state = self.state
         c.pause_gate = self.gate
         c.pause_sync = self.sync
@@ -143,6 +151,7 @@ class ApplyStep(bootsteps.StartStopStep):
     def shutdown(self, c: Consumer) -> None:
         self.stop(c)
         self.sync.stop()
+        self.limits.give_back_all([*self.gate.pacing.limits, *self.gate.pacing.take_retired()])
         try:
             self.store.remove_worker(c.hostname)
         except Exception as exc:
@@ -168,7 +177,7 @@ class ApplyStep(bootsteps.StartStopStep):
             # Greenlets switch only where they block, and nothing between the gate's
             # check and its hold blocks: the gate opens here as safely as on the loop,
             # and the report can say so before the loop matches the consumers.
-            self.gate.hold_to(scope, self.state.ramps)
+            self.gate.hold_to(scope, self.state.ramps, delivered.applied.limits)
             if self.gate.held_requests():
                 release = threading.Thread(target=self._release, name="celery-pause-release")
                 release.daemon = True
@@ -211,6 +220,11 @@ class ApplyStep(bootsteps.StartStopStep):
             self._pump_scheduled = True
             self.consumer.call_soon(self._pump)
 
+    def pace(self) -> float | None:
+        """From the sync thread: earn the permits the limits' waiting requests need."""
+        pacing = self.gate.pacing
+        return self.limits.pace(pacing.limits, pacing.take_retired())
+
     def _wake(self) -> None:
         self.sync.publish_now()
 
@@ -239,7 +253,7 @@ class ApplyStep(bootsteps.StartStopStep):
         c = self.consumer
         scope = applied.scope
         previous = self.state.applied.scope if self.state.applied else NOTHING
-        self.gate.hold_to(scope, self.state.ramps)
+        self.gate.hold_to(scope, self.state.ramps, applied.limits)
         if c.task_consumer is not None:
             # A queue listed but not consumed yet (in start(), before the loop's first
             # consume): cancel it if paused, so that first consume fetches nothing to
@@ -260,10 +274,14 @@ class ApplyStep(bootsteps.StartStopStep):
             logger.info("celery-pause: returned %d task(s) of drained queues", drained)
         self.gate.release()
         self.gate.pump()
+        before = self.state.applied.limits if self.state.applied else ()
         self.state.mark_applied(applied, as_of=as_of)
         self.sync.publish_now()
         if scope != previous:
             self._announce(applied, previous)
+        if applied.limits != before:
+            limits = "; ".join(hold.describe() for hold in applied.limits) or "none"
+            logger.warning("celery-pause: generation %d: limits: %s", applied.generation, limits)
 
     def _announce(self, applied: Applied, previous: Scope) -> None:
         generation, scope, holds = applied.generation, applied.scope, self.state.holds

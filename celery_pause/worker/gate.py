@@ -16,10 +16,10 @@ change under one lock, so a task either starts before a pause closes the gate
 (and is reported running) or is held. (On gevent and eventlet, where greenlets
 switch only where they block, an open gate's check takes no lock.)
 
-While a ramped resume runs (:mod:`celery_pause.model.ramp`), a request of its scope waits in
-the gate until the worker's share of the ramp's rate lets it start (:meth:`Gate.pump`);
-waiting requests do not widen the prefetch window, so a worker fetches no more than
-its window while the ramp holds it back.
+While a ramped resume runs (:mod:`celery_pause.model.ramp`) or a limit is in force
+(:mod:`celery_pause.model.limit`), a request of its scope waits in the gate until the
+worker's share of the ramp, or a permit of the limit, lets it start (:mod:`.pacing`,
+:meth:`Gate.pump`); requests no ramp or limit covers pass at once.
 """
 
 from __future__ import annotations
@@ -37,9 +37,11 @@ from typing import Any
 from celery.worker import state as worker_state
 from celery.worker.request import Request
 
-from ..model.ramp import Ramp, Share, phase_of
+from ..model.ramp import Ramp
 from ..model.scope import EVERYTHING, NOTHING, Scope, Target
+from ..model.state import Hold
 from .broker import follow_master
+from .pacing import Pacing
 from .view import GateCounters, GateFigures, InFlight
 
 logger = logging.getLogger(__name__)
@@ -92,13 +94,11 @@ class Gate:
         self.start_check = start_check
         self.greenlets = greenlets
         self._started: weakref.WeakSet[Request] = weakref.WeakSet()
-        self._phase = phase_of(hostname)
-        self._shares: tuple[Share, ...] = ()
-        """This worker's shares of the ramped resumes in force (set on the consumer loop)."""
-        self._waiting: list[tuple[Request, float]] = []
-        """Requests let through by the pause, waiting for their ramp, in arrival order."""
+        self.pacing = Pacing(
+            hostname=hostname, clock=clock, qos=qos, on_wait=on_wait, target=self.target
+        )
+        """Requests let through by the pause that wait for their ramp or limit."""
         self.clock = clock
-        self._on_wait = on_wait
         self._on_lapse = on_lapse
         self._lease_end = float("inf")
 
@@ -107,16 +107,14 @@ class Gate:
         """What the gate holds."""
         return self._scope
 
-    def hold_to(self, scope: Scope, ramps: Iterable[Ramp] = ()) -> None:
-        """Hold exactly ``scope`` from now on, and pace the starts of ``ramps`` (on the
-        consumer loop; on green pools also the store greenlet).
-
-        A ramp's share is kept across calls, so a re-read does not restart it.
-        """
+    def hold_to(
+        self, scope: Scope, ramps: Iterable[Ramp] = (), limits: Iterable[Hold] = ()
+    ) -> None:
+        """Hold exactly ``scope`` from now on, and pace the starts of ``ramps`` and
+        ``limits`` (on the consumer loop; on green pools also the store greenlet)."""
         with self._lock:
             self._scope = scope
-        shares = {share.ramp.id: share for share in self._shares}
-        self._shares = tuple(shares.get(r.id) or Share(r, self._phase) for r in ramps)
+        self.pacing.pace(ramps, limits)
 
     def close(self, scope: Scope) -> None:
         """Also hold ``scope`` from now on (from any thread: only the loop opens the gate)."""
@@ -142,7 +140,7 @@ class Gate:
         # greenlet, but greenlets switch only where they block): no lock needed to decide.
         if time.monotonic() >= self._lease_end:
             self._lapsed()
-        if not (self._scope.rules or self._shares):  # every task passes this way: keep it short
+        if not (self._scope.rules or self.pacing.active):  # every task passes: keep it short
             return self._handler(request)
         if self.blocks(request):
             if self.drains(request):
@@ -156,49 +154,23 @@ class Gate:
         return self._handler(request)
 
     def _waits(self, request: Request, since: float) -> bool:
-        """Whether ``request`` must wait for its ramp (it then waits in the gate)."""
-        if not self._shares or (not self._waiting and self._ramp_allows(request)):
-            return False
-        self._waiting.append((request, since))
-        if len(self._waiting) == 1:
-            self._on_wait()
-        return True
-
-    def _ramp_allows(self, request: Request) -> bool:
-        """Whether every ramp covering ``request`` lets one more task start now."""
-        target, now = self.target(request), self.clock()
-        shares = [s for s in self._shares if s.ramp.scope.covers(target)]
-        return all([share.take(now) for share in shares])
+        """Whether ``request`` must wait for its ramp or limit (it then waits in the gate)."""
+        return self.pacing.active and self.pacing.waits(request, self.target(request), since)
 
     def pump(self) -> int:
-        """On the consumer loop: start the waiting requests their ramps allow now, in
-        arrival order; hold those a pause has closed the gate on since."""
-        now = self.clock()
-        self._shares = tuple(share for share in self._shares if share.ramp.live(now))
-        waiting, self._waiting = self._waiting, []
-        starting, drained = [], []
+        """On the consumer loop: start the waiting requests their ramps and limits allow
+        now, in arrival order; hold those a pause has closed the gate on since."""
         with self._lock:
-            for request, since in waiting:
-                if self.blocks(request):
-                    if self.drains(request):
-                        drained.append(request)
-                    else:
-                        self._hold(request, since)
-                elif self._ramp_allows(request):
-                    starting.append(request)
-                else:
-                    self._waiting.append((request, since))
+            starting, blocked = self.pacing.due(self.blocks)
+            drained = [request for request, _ in blocked if self.drains(request)]
+            for request, since in blocked:
+                if not self.drains(request):
+                    self._hold(request, since)
         self._return(drained)
         for request in starting:
             self._handler(request)
         self.counters.released += len(starting)
         return len(starting)
-
-    def next_ramp_start(self) -> float | None:
-        """Store time the next waiting request may start, if any waits."""
-        if not self._waiting:
-            return None
-        return min((share.next_start() for share in self._shares), default=self.clock())
 
     def _hold(self, request: Request, since: float | None = None) -> None:
         """Hold ``request`` (under the lock) in arrival order; ``since`` when held before."""
@@ -275,7 +247,7 @@ class Gate:
         wait for a ramp), taken at once."""
         with self._lock:
             held = list(self._held)
-            waiting = len(self._waiting)
+            waiting = len(self.pacing.waiting)
             scope = self._scope
         return GateFigures(
             scope=scope,
@@ -284,7 +256,7 @@ class Gate:
             oldest=held[0][1] if held else None,
             held_by_task=dict(Counter(req.name for req, _ in held)),
             counters=replace(self.counters),
-            next_ramp_start=self.next_ramp_start(),
+            next_ramp_start=self.pacing.next_ramp_start(),
         )
 
     def take(self, request: Any) -> bool:
@@ -337,9 +309,9 @@ class Gate:
             if expired:
                 self._held = [(req, since) for req, since in self._held if since > deadline]
                 self._unhold(len(expired))
-            waited = [req for req, since in self._waiting if since <= deadline]
-            if waited:
-                self._waiting = [(req, since) for req, since in self._waiting if since > deadline]
+            waiting = self.pacing.take_waiting()
+            waited = [req for req, since in waiting if since <= deadline]
+        self.pacing.keep([(req, since) for req, since in waiting if since > deadline])
         self._return(expired + waited)
         return len(expired) + len(waited)
 
@@ -349,8 +321,7 @@ class Gate:
             requests = [req for req, _ in self._held]
             self._held = []
             self._unhold(len(requests))
-            requests += [req for req, _ in self._waiting]
-            self._waiting = []
+            requests += [req for req, _ in self.pacing.take_waiting()]
         self._return(requests)
         return len(requests)
 
@@ -373,7 +344,7 @@ class Gate:
         Every reserved request the gate does not hold; with the start check, only
         those the pool was let start: the others will ask before they start.
         """
-        held = {id(req) for req, _ in list(self._held) + list(self._waiting)}
+        held = {id(req) for req, _ in list(self._held) + list(self.pacing.waiting)}
         for _ in range(5):
             try:
                 reserved = tuple(worker_state.reserved_requests)

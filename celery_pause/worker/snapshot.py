@@ -21,10 +21,12 @@ from .view import GateFigures, InFlight, WorkerView, breakers_in
 
 @dataclass(frozen=True)
 class Applied:
-    """A generation of the pause state and the scope it pauses on this worker."""
+    """A generation of the pause state, the scope it pauses on this worker, and the
+    limits in force on it."""
 
     generation: int
     scope: Scope
+    limits: tuple[Hold, ...] = ()
 
 
 NOT_APPLIED = Applied(-1, NOTHING)

@@ -94,7 +94,13 @@ class WorkerState:
             self._read(state, now)
             self._holds = state.active_holds(now)
             self._as_of = now
-        return Applied(state.generation, state.paused(now).for_worker(self.hostname))
+        return self._applies(state, now)
+
+    def _applies(self, state: PauseState, now: float) -> Applied:
+        """What this worker applies of ``state`` at store time ``now``."""
+        here = self.hostname
+        limits = tuple(hold for hold in state.limits(now) if hold.scope.for_worker(here))
+        return Applied(state.generation, state.paused(now).for_worker(here), limits)
 
     def deliver(self, state: PauseState, now: float) -> Delivered | None:
         """A read at store time ``now``: what it changes, or ``None`` if it changes nothing
@@ -103,7 +109,7 @@ class WorkerState:
         On green pools the change counts as enforced at once: the store greenlet sets
         the gate itself.
         """
-        newest = Applied(state.generation, state.paused(now).for_worker(self.hostname))
+        newest = self._applies(state, now)
         with self._lock:
             self._read(state, now)
             if self._heading_to() == newest:

@@ -67,6 +67,10 @@ class Followed(Protocol):
     def pump(self) -> None:
         """Have the tasks the ramps allow by now started."""
 
+    def pace(self) -> float | None:
+        """Earn the permits the limits' waiting requests need (store I/O); seconds until it
+        is worth calling again (``None``: when something changes)."""
+
 
 @dataclass(frozen=True)
 class Published:
@@ -157,6 +161,9 @@ class StoreSync(threading.Thread):
                 self._maybe_return_expired(snapshot)
                 self._maybe_pump(snapshot)
                 timeout = self._timeout(snapshot, next_read)
+                paced = self.worker.pace()
+                if paced is not None:
+                    timeout = min(timeout, paced)
             except Exception:
                 # A bug must not end the thread: the worker would stop following the store.
                 logger.exception("celery-pause: the store thread failed; retrying")

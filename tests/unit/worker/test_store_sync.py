@@ -63,6 +63,9 @@ class EndingWorker:
     def pump(self) -> None:
         pass
 
+    def pace(self) -> float | None:
+        return None
+
     def renew(self, until: float) -> None:
         pass
 

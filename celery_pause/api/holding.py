@@ -1,0 +1,112 @@
+"""What pause and throttle share: write the hold asked for, notify, record, then wait."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import replace
+
+from celery import Celery
+
+from ..control import notify_workers
+from ..errors import InvalidInput, PauseTimeout
+from ..history import pause_entry, record
+from ..model.placing import Placing, place
+from ..model.report import WorkerReport
+from ..model.scope import Rule, Target
+from ..model.validation import check_timeout
+from ..settings import config_for
+from ..stores import store_for
+from .results import PauseResult
+from .waiting import wait_for_start, wait_until_quiet
+
+logger = logging.getLogger(__name__)
+
+Progress = Callable[[PauseResult, Sequence[WorkerReport]], None]
+"""Called with the recorded pause and the live workers' reports at every poll of a wait."""
+
+
+def place_hold(
+    app: Celery,
+    placing: Placing,
+    *,
+    notify: bool,
+    strict: bool,
+    wait: bool,
+    timeout: float,
+    progress: Progress | None,
+) -> PauseResult:
+    """Write the hold ``placing`` asks for, tell the workers, record it, then wait if asked
+    (the steps :func:`pause` and :func:`~celery_pause.api.throttle.throttle` share)."""
+    if wait:
+        timeout = check_timeout(timeout)
+    store = store_for(app)
+    if strict:
+        ttl = config_for(app).worker_ttl
+        refused = unmatched(app, placing.scope.rule, store.live_reports(ttl, store.now()))
+        if refused:
+            raise InvalidInput("; ".join(refused) + " (--strict: nothing was recorded)")
+    done = store.update(lambda state, now: place(state, now, placing))
+    if notify:
+        notify_workers(app)
+    placed = done.result
+    live = store.live_reports(config_for(app).worker_ttl, done.snapshot.now)
+    result = PauseResult(
+        placed.hold,
+        done.snapshot.state.generation,
+        placed.replaced,
+        warnings=unmatched(app, placing.scope.rule, live),
+    )
+    record(app, pause_entry(result.hold, result.generation, placed.replaced))
+    if not wait:
+        return result
+    return confirmed(app, result, placing.start_at, timeout, progress)
+
+
+def confirmed(
+    app: Celery, result: PauseResult, start: float | None, timeout: float, progress: Progress | None
+) -> PauseResult:
+    """``result`` with the workers that confirmed it: wait for a scheduled ``start``, then for
+    quiet; :class:`PauseTimeout` (carrying ``result``) after ``timeout`` seconds."""
+    watch = None if progress is None else lambda workers: progress(result, workers)
+    if start is not None:
+        wait_for_start(app, start)
+    try:
+        workers = wait_until_quiet(app, result.generation, timeout, watch, since=start)
+    except PauseTimeout as exc:
+        raise PauseTimeout(exc.timeout, exc.busy, paused=result, silent=exc.silent) from None
+    return replace(result, workers=tuple(workers))
+
+
+def unmatched(app: Celery, rule: Rule, live: Sequence[WorkerReport]) -> tuple[str, ...]:
+    """Warnings for task names and worker names of ``rule`` that match nothing known now.
+
+    The app's task modules are imported first, as a worker imports them at start
+    (``imports``, ``include`` and ``autodiscover_tasks()``, Django's included): a process
+    that only pauses knows the tasks a worker would run.
+    """
+    warnings = []
+    known = [name for name in registered_tasks(app) if not name.startswith("celery.")]
+    for name in sorted(rule.tasks or ()):
+        if not any(Rule(tasks=frozenset({name})).covers(Target(task=task)) for task in known):
+            warnings.append(
+                f"task {name!r} matches no task registered in this app; "
+                "the hold applies to it once a worker runs such a task"
+            )
+    hosts = [report.hostname for report in live]
+    for name in sorted(rule.workers or ()):
+        if not any(Rule(workers=frozenset({name})).covers(Target(worker=host)) for host in hosts):
+            warnings.append(
+                f"worker {name!r} matches no live worker; "
+                "the hold is recorded and applies when such a worker starts"
+            )
+    return tuple(warnings)
+
+
+def registered_tasks(app: Celery) -> list[str]:
+    """The names of the tasks ``app`` defines, its task modules imported as a worker does."""
+    try:
+        app.loader.import_default_modules()
+    except Exception as exc:  # a task module that fails outside a worker: judge by what loaded
+        logger.warning("celery-pause: could not import the app's task modules: %r", exc)
+    return list(app.tasks)

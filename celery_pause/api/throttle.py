@@ -1,0 +1,91 @@
+"""Throttle: a hold that limits its scope to a cluster-wide rate or concurrency (the dial)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from datetime import datetime, timedelta
+
+from celery import Celery
+
+from ..model.placing import Placing
+from ..model.validation import (
+    check_limit,
+    check_operator,
+    check_reason,
+    check_resume,
+    check_scope,
+    check_start,
+)
+from .holding import Progress, place_hold
+from .operator import default_operator
+from .results import PauseResult
+
+
+def throttle(
+    app: Celery,
+    *,
+    rate: str | float | None = None,
+    concurrency: int | None = None,
+    reason: str | None = None,
+    paused_by: str | None = None,
+    queues: Iterable[str] | str | None = None,
+    tasks: Iterable[str] | str | None = None,
+    workers: Iterable[str] | str | None = None,
+    resume_after: timedelta | float | None = None,
+    resume_at: datetime | float | None = None,
+    start_at: datetime | float | None = None,
+    wait: bool = False,
+    timeout: float = 30.0,
+    progress: Progress | None = None,
+    notify: bool = True,
+    strict: bool = False,
+) -> PauseResult:
+    """Limit the tasks of ``queues``, named ``tasks``, on ``workers`` to a cluster-wide
+    ``rate`` and/or ``concurrency``: a hold that slows its scope instead of stopping it.
+
+    A throttle on the same scope as a manual one replaces it (the dial turned); every
+    other hold stays. Where several limits cover a task each one counts it and the
+    strictest decides; a pause beats any limit. ``resume`` lifts a limit like a pause.
+
+    Parameters:
+        app: The Celery app whose cluster to throttle.
+        rate: Starts per second across the cluster: Celery's notation (``"10/s"``,
+            ``"100/m"``, ``"5/h"``) or a number per second.
+        concurrency: Most tasks of the scope running at once across the cluster.
+        reason: Why, shown by ``pause status`` and recorded in the history.
+        paused_by: Who throttles; ``user@host`` of this process by default.
+        queues: The queues to limit (every one by default).
+        tasks: The task names or patterns to limit (every one by default).
+        workers: The workers the limit applies on (every one by default); the limit is
+            shared by all of them, not given to each.
+        resume_after: Lift the limit by itself that long after its start.
+        resume_at: Lift it by itself at that time.
+        start_at: Schedule the limit (as :func:`~celery_pause.pause`).
+        wait: Return only once every live worker applied the limit.
+        timeout: Seconds to wait with ``wait=True``.
+        progress: Called with the recorded limit and the live workers' reports at every
+            poll of the wait.
+        notify: Broadcast ``pause_refresh``; with ``False`` workers learn of it at their
+            next poll.
+        strict: Refuse a task or worker name that matches nothing known (as ``pause``).
+
+    Returns:
+        The recorded limit (``result.hold.limit``), and the manual limit it replaced.
+
+    Raises:
+        InvalidInput: Neither ``rate`` nor ``concurrency``, or either out of bounds (a rate
+            of 0, above 1e6/s, not a rate; a concurrency below 1); nothing is written.
+        PauseTimeout: The wait took longer than ``timeout``; the limit stays.
+        StoreError: The store cannot be reached.
+    """
+    placing = Placing(
+        scope=check_scope({"queues": queues, "tasks": tasks, "workers": workers}),
+        reason=check_reason(reason),
+        resume_at=check_resume(resume_after, resume_at),
+        start_at=check_start(start_at),
+        by=check_operator(paused_by) or default_operator(),
+        limit=check_limit(rate, concurrency),
+    )
+    return place_hold(
+        app, placing, notify=notify, strict=strict, wait=wait, timeout=timeout, progress=progress
+    )

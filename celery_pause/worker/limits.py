@@ -1,0 +1,269 @@
+"""A worker's side of the limits: permits the gate spends, and the store work that earns them.
+
+The gate (:mod:`.gate`) lets a request of a limited scope start only with a permit of every
+limit that covers it (:class:`Permits`): a start time of the limit's rate that has come,
+and a free slot of its concurrency. The store thread earns permits (:class:`LimitKeeper`):
+while requests wait it reserves runs of start times and takes slots in the store, gives
+back the slots of tasks that ended (or keeps them for the next waiting task, with no
+store round trip), and renews the slots it holds with its heartbeat. A request no limit
+covers never waits for any of this; a store that cannot be reached earns no permit, so a
+limit is never lifted by a failure (the scope waits until the store answers).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+import uuid
+from collections import deque
+from collections.abc import Callable, Iterable
+
+from celery.worker import state as worker_state
+from celery.worker.request import Request
+
+from ..errors import StoreError
+from ..logs import ThrottledLog
+from ..model.limit import Limit, give_back, record_key, renew_slots, reserve, run_length, take_slots
+from ..model.scope import Target
+from ..model.state import Hold
+from ..stores import Store
+
+logger = logging.getLogger(__name__)
+
+ENDED_CHECK = 0.02
+"""Seconds between two looks for ended tasks while this worker holds slots in use."""
+SLOT_CHECK = 0.05
+"""Seconds between two asks for a slot while tasks wait for one and this worker has none."""
+TICK = 0.005
+"""Fewest seconds between two looks, while the consumer loop starts what is due."""
+RETRY = 0.5
+"""Seconds before the store is asked again after it failed."""
+
+
+class Permits:
+    """This worker's permits of one limit: start times reserved, slots taken.
+
+    The gate spends them on the consumer loop, the store thread adds them: both under
+    one lock.
+    """
+
+    def __init__(self, hold: Hold) -> None:
+        assert hold.limit is not None
+        self.hold = hold
+        self.limit: Limit = hold.limit
+        self._lock = threading.Lock()
+        self._starts: deque[float] = deque()
+        """Start times of the rate reserved for this worker (store times), soonest first."""
+        self._free: list[str] = []
+        """Slots of the concurrency taken and not in use."""
+        self._busy: dict[str, Request] = {}
+        """Slots in use, and the request each one runs."""
+        self.waiting = 0
+        """Requests waiting in the gate for this limit (kept by the gate)."""
+        self.retry_at = float("-inf")
+        """Store time before which a reservation of the rate is not worth asking for."""
+        self.renewed = time.monotonic()
+
+    @property
+    def id(self) -> str:
+        return self.hold.id
+
+    def covers(self, target: Target) -> bool:
+        return self.hold.scope.covers(target)
+
+    # -- the gate, on the consumer loop --------------------------------------------------
+    def ready(self, now: float) -> bool:
+        """Whether one task may start at store time ``now``."""
+        with self._lock:
+            if self.limit.rate is not None and not (self._starts and self._starts[0] <= now):
+                return False
+            return self.limit.concurrency is None or bool(self._free)
+
+    def spend(self, request: Request) -> None:
+        """``request`` starts: spend a start time and bind a slot to it (after :meth:`ready`)."""
+        with self._lock:
+            if self.limit.rate is not None:
+                self._starts.popleft()
+            if self.limit.concurrency is not None:
+                self._busy[self._free.pop()] = request
+
+    def next_start(self) -> float | None:
+        """Store time of the next start time reserved, if any."""
+        with self._lock:
+            return self._starts[0] if self._starts else None
+
+    # -- the store thread --------------------------------------------------------------------
+    def ended(self, running: Callable[[Request], bool]) -> tuple[bool, list[str]]:
+        """Slots whose task ended are kept for the requests waiting here: whether one was,
+        and the slots to give back (the rest, and free ones nothing waits for)."""
+        with self._lock:
+            done = [slot for slot, request in self._busy.items() if not running(request)]
+            for slot in done:
+                del self._busy[slot]
+            keep = max(0, self.waiting - len(self._free))
+            self._free.extend(done[:keep])
+            spare = max(0, len(self._free) - self.waiting)
+            surplus = [self._free.pop() for _ in range(spare)]
+            return keep > 0 and bool(done), done[keep:] + surplus
+
+    def slots_wanted(self) -> int:
+        with self._lock:
+            if self.limit.concurrency is None:
+                return 0
+            return max(0, min(self.waiting, self.limit.concurrency) - len(self._free))
+
+    def add_slots(self, slots: Iterable[str]) -> None:
+        with self._lock:
+            self._free.extend(slots)
+
+    def starts_wanted(self, now: float) -> int:
+        """How many start times to reserve now (0 if enough are, or it is not worth asking)."""
+        with self._lock:
+            if self.limit.rate is None or now < self.retry_at:
+                return 0
+            short = self.waiting - len(self._starts)
+            return run_length(self.limit.rate, short) if short > 0 else 0
+
+    def add_starts(self, times: Iterable[float], retry_at: float) -> None:
+        with self._lock:
+            self._starts.extend(times)
+            self.retry_at = retry_at
+
+    def drop_unused_starts(self) -> None:
+        """Forget start times that nothing waits for any more (their turn is lost)."""
+        with self._lock:
+            if not self.waiting:
+                self._starts.clear()
+
+    def held_slots(self) -> list[str]:
+        with self._lock:
+            return [*self._free, *self._busy]
+
+    def keep_only(self, slots: Iterable[str]) -> None:
+        """After a renewal: forget the slots the store no longer has (they had expired)."""
+        kept = set(slots)
+        with self._lock:
+            self._free = [slot for slot in self._free if slot in kept]
+            self._busy = {slot: req for slot, req in self._busy.items() if slot in kept}
+
+    def wake_at(self, now: float) -> float | None:
+        """Store time the store thread should look at this limit again."""
+        with self._lock:
+            times = []
+            if self._busy:
+                times.append(now + ENDED_CHECK)
+            if self.waiting:
+                if self._starts:
+                    times.append(self._starts[0])
+                elif self.limit.rate is not None:
+                    times.append(max(self.retry_at, now))
+                if self.limit.concurrency is not None and not self._free:
+                    times.append(now + SLOT_CHECK)  # another worker may give one back
+            return min(times, default=None)
+
+
+class LimitKeeper:
+    """The store side of one worker's limits, run by its store thread."""
+
+    def __init__(
+        self,
+        *,
+        store: Store,
+        hostname: str,
+        clock: Callable[[], float],
+        ttl: float,
+        pump: Callable[[], None],
+    ) -> None:
+        """Nothing kept yet.
+
+        Parameters:
+            store: The pause store, where the limits' records live.
+            hostname: The worker's name (in the ids of its slots).
+            clock: The store's clock, as this worker estimates it.
+            ttl: Seconds a slot stays taken unless renewed (``pause_worker_ttl``).
+            pump: Has the gate start what its permits allow now (on the consumer loop).
+        """
+        self.store = store
+        self.hostname = hostname
+        self.clock = clock
+        self.ttl = ttl
+        self._pump = pump
+        self._errors = ThrottledLog(logger)
+
+    def pace(self, permits: tuple[Permits, ...], retired: Iterable[Permits]) -> float | None:
+        """Earn and give back what ``permits`` need now, and give back every slot of the
+        ``retired`` ones (limits lifted); seconds until it is worth calling again."""
+        try:
+            for gone in retired:
+                self._give_back(gone, gone.held_slots())
+            earned = any([self._serve(p) for p in permits])
+        except StoreError as exc:
+            self._errors.error("celery-pause: limits: %s; the limited tasks wait", exc)
+            return RETRY
+        now = self.clock()
+        if earned or any(p.waiting and p.ready(now) for p in permits):
+            self._pump()
+        wakes = [t for p in permits if (t := p.wake_at(now)) is not None]
+        return None if not wakes else max(TICK, min(wakes) - now)
+
+    def give_back_all(self, permits: Iterable[Permits]) -> None:
+        """At shutdown: free every slot this worker holds (never raises)."""
+        try:
+            for p in permits:
+                self._give_back(p, p.held_slots())
+        except StoreError as exc:
+            logger.warning("celery-pause: could not give back limit slots: %s", exc)
+
+    def _serve(self, permits: Permits) -> bool:
+        """One limit's store work; whether it earned a permit someone waits for."""
+        earned, freed = permits.ended(_running)
+        self._give_back(permits, freed)
+        permits.drop_unused_starts()
+        wanted = permits.slots_wanted()
+        if wanted:
+            ids = [f"{self.hostname}/{uuid.uuid4().hex[:10]}" for _ in range(wanted)]
+            taken = self.store.update_record(
+                record_key(permits.id) + ":slots",
+                lambda record, now: take_slots(
+                    record, now, limit=permits.limit.concurrency or 0, ids=ids, ttl=self.ttl
+                ),
+            ).result
+            permits.add_slots(taken)
+            earned = earned or bool(taken)
+        want = permits.starts_wanted(self.clock())
+        if want:
+            got = self.store.update_record(
+                record_key(permits.id) + ":rate",
+                lambda record, now: reserve(
+                    record, now, interval=permits.limit.interval, want=want
+                ),
+            ).result
+            permits.add_starts(got.times(), got.retry_at)
+            earned = earned or bool(got.count)
+        if time.monotonic() - permits.renewed >= self.ttl / 3:
+            self._renew(permits)
+        return earned
+
+    def _renew(self, permits: Permits) -> None:
+        held = permits.held_slots()
+        permits.renewed = time.monotonic()
+        if not held:
+            return
+        kept = self.store.update_record(
+            record_key(permits.id) + ":slots",
+            lambda record, now: renew_slots(record, now, ids=held, ttl=self.ttl),
+        ).result
+        permits.keep_only(kept)
+
+    def _give_back(self, permits: Permits, slots: list[str]) -> None:
+        if slots:
+            self.store.update_record(
+                record_key(permits.id) + ":slots",
+                lambda record, now: give_back(record, now, ids=slots),
+            )
+
+
+def _running(request: Request) -> bool:
+    """Whether a request that started has not ended yet (Celery drops it when it ends)."""
+    return request in worker_state.reserved_requests

@@ -1,0 +1,184 @@
+"""Requests that start at a pace: those a ramped resume or a limit covers wait here.
+
+The gate (:mod:`.gate`) asks :meth:`Pacing.waits` for every request it lets through while a
+ramp or a limit is in force. A request none covers passes at once, whatever waits; one
+that is covered starts at once only if every ramp and limit covering it allows a start
+now and none of them has requests waiting already (so each keeps arrival order),
+otherwise it waits, in arrival order, until :meth:`Pacing.due` lets it start.
+
+A request waiting for a limit that leaves other tasks of its queue unlimited widens the
+channel's prefetch window by one, as a held one does, so it never stops the rest of its
+queue; one waiting for a ramp, or for a limit of its whole queue, does not (the worker
+then fetches no more than its window while the pace holds it back).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from celery.worker.request import Request
+
+from ..model.ramp import Ramp, Share, phase_of
+from ..model.scope import Target
+from ..model.state import Hold
+from .limits import Permits
+
+Waiting = tuple[Request, float]
+"""A waiting request and the ``time.monotonic()`` it was first held or waited since."""
+
+
+class Pacing:
+    """The ramps' shares and limits' permits of one worker, and the requests they keep."""
+
+    def __init__(
+        self,
+        *,
+        hostname: str,
+        clock: Callable[[], float],
+        qos: Callable[[], Any],
+        on_wait: Callable[[], None],
+        target: Callable[[Request], Target],
+    ) -> None:
+        """Nothing in force.
+
+        Parameters:
+            hostname: The worker's name.
+            target: Where a request stands in every dimension of a scope.
+            clock: The store's clock, as this worker estimates it.
+            qos: The consumer's current prefetch controller, or ``None``.
+            on_wait: Wakes the store thread: called when a request starts waiting where
+                none waited before (for its limit, or at all), and when one takes a slot.
+        """
+        self.hostname = hostname
+        self.clock = clock
+        self._qos = qos
+        self._on_wait = on_wait
+        self._target = target
+        self._phase = phase_of(hostname)
+        self.shares: tuple[Share, ...] = ()
+        """This worker's shares of the ramped resumes in force."""
+        self.limits: tuple[Permits, ...] = ()
+        """This worker's permits of the limits in force."""
+        self.retired: list[Permits] = []
+        """Permits of limits lifted, whose slots the store thread gives back."""
+        self.waiting: list[Waiting] = []
+        """Requests waiting for their pace, in arrival order."""
+        self._widened: set[int] = set()
+        """Waiting requests (by ``id``) that widened the prefetch window."""
+        self._ramp_waiting = 0
+
+    @property
+    def active(self) -> bool:
+        """Whether a ramp or a limit is in force."""
+        return bool(self.shares or self.limits)
+
+    def pace(self, ramps: Iterable[Ramp], limits: Iterable[Hold]) -> None:
+        """Pace the starts of ``ramps`` and ``limits`` from now on; a ramp's share and a
+        limit's permits are kept across calls, so a re-read does not restart them."""
+        shares = {share.ramp.id: share for share in self.shares}
+        self.shares = tuple(shares.get(r.id) or Share(r, self._phase) for r in ramps)
+        kept = {permits.id: permits for permits in self.limits}
+        self.limits = tuple(kept.pop(h.id) if h.id in kept else Permits(h) for h in limits)
+        self.retired.extend(kept.values())
+
+    def take_retired(self) -> list[Permits]:
+        retired, self.retired = self.retired, []
+        return retired
+
+    def waits(self, request: Request, target: Target, since: float) -> bool:
+        """Whether ``request`` must wait for its pace (it then waits here)."""
+        shares = [s for s in self.shares if s.ramp.scope.covers(target)]
+        permits = [p for p in self.limits if p.covers(target)]
+        if not (shares or permits):
+            return False
+        if not self._ahead(shares, permits) and self._start(shares, permits, request):
+            return False
+        first = not self.waiting or any(not p.waiting for p in permits)
+        self._wait(request, since, shares, permits, target)
+        if first:  # the store thread earns permits and times starts: wake it
+            self._on_wait()
+        return True
+
+    def due(self, blocked: Callable[[Request], bool]) -> tuple[list[Request], list[Waiting]]:
+        """The waiting requests that may start now, in arrival order, and those that
+        ``blocked`` says a pause holds now (taken out of the wait; the rest waits on)."""
+        now = self.clock()
+        self.shares = tuple(share for share in self.shares if share.ramp.live(now))
+        waiting = self.take_waiting()
+        starting, blocking = [], []
+        for request, since in waiting:
+            if blocked(request):
+                blocking.append((request, since))
+                continue
+            target = self._target(request)
+            shares = [s for s in self.shares if s.ramp.scope.covers(target)]
+            permits = [p for p in self.limits if p.covers(target)]
+            if not self._ahead(shares, permits) and self._start(shares, permits, request):
+                starting.append(request)
+            else:
+                self._wait(request, since, shares, permits, target)
+        return starting, blocking
+
+    def take_waiting(self) -> list[Waiting]:
+        """Every waiting request, out of the wait (the prefetch window narrowed again)."""
+        waiting, self.waiting = self.waiting, []
+        qos = self._qos()
+        if qos is not None and self._widened:
+            qos.decrement_eventually(len(self._widened))
+        self._widened.clear()
+        for permits in self.limits:
+            permits.waiting = 0
+        self._ramp_waiting = 0
+        return waiting
+
+    def keep(self, waiting: Iterable[Waiting]) -> None:
+        """Have ``waiting`` (taken out by :meth:`take_waiting`) wait again, in that order."""
+        for request, since in waiting:
+            target = self._target(request)
+            shares = [s for s in self.shares if s.ramp.scope.covers(target)]
+            permits = [p for p in self.limits if p.covers(target)]
+            self._wait(request, since, shares, permits, target)
+
+    def next_ramp_start(self) -> float | None:
+        """Store time the next request waiting for a ramp may start, if any waits."""
+        if not self._ramp_waiting:
+            return None
+        return min((share.next_start() for share in self.shares), default=self.clock())
+
+    def _ahead(self, shares: list[Share], permits: list[Permits]) -> bool:
+        """Whether requests wait already for one of these ramps or limits (they go first)."""
+        return any(p.waiting for p in permits) or bool(shares and self._ramp_waiting)
+
+    def _start(self, shares: list[Share], permits: list[Permits], request: Request) -> bool:
+        """Whether every ramp and limit covering ``request`` lets it start now (spent if so)."""
+        now = self.clock()
+        if not all([p.ready(now) for p in permits]):
+            return False
+        if not all([share.take(now) for share in shares]):
+            return False
+        for p in permits:
+            p.spend(request)
+        if any(p.limit.concurrency is not None for p in permits):
+            self._on_wait()  # the store thread watches for its end, to pass its slot on
+        return True
+
+    def _wait(
+        self,
+        request: Request,
+        since: float,
+        shares: list[Share],
+        permits: list[Permits],
+        target: Target,
+    ) -> None:
+        self.waiting.append((request, since))
+        for p in permits:
+            p.waiting += 1
+        if shares:
+            self._ramp_waiting += 1
+        whole = Target(queue=target.queue, worker=target.worker)
+        if permits and not any(p.hold.scope.covers(whole) for p in permits):
+            qos = self._qos()
+            if qos is not None:
+                qos.increment_eventually()
+                self._widened.add(id(request))
