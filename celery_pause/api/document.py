@@ -106,8 +106,8 @@ def cluster_state(status: ClusterStatus) -> str:
 
 
 def since(holds: Sequence[Hold]) -> float | None:
-    """When the oldest hold began, if any hold says."""
-    return min((h.began for h in holds if h.began), default=None)
+    """When the oldest pausing hold began, if any hold says."""
+    return min((h.began for h in holds if h.began and h.pauses), default=None)
 
 
 def status_queues(status: ClusterStatus, configured: Sequence[str]) -> list[str]:
@@ -140,6 +140,11 @@ def status_json(
         "now": status.now,
         "store": status.store,
         "holds": [hold.to_json() for hold in status.holds],
+        "limits": [
+            {"id": hold.id, **status.usage[hold.id].to_json()}
+            for hold in status.limits
+            if hold.id in status.usage
+        ],
         "scheduled": [hold.to_json() for hold in status.scheduled],
         "ramps": [ramp.status_json(status.now) for ramp in status.ramps],
         "windows": [window.to_json() for window in windows],

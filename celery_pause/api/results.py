@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 
+from ..model.limit import Usage
 from ..model.ramp import Ramp
 from ..model.report import WorkerReport
 from ..model.scope import Scope, Target
@@ -65,11 +67,18 @@ class ClusterStatus:
 
     store_warnings: tuple[str, ...] = ()
     """What may make the store lose the state (a Redis eviction policy)."""
+    usage: Mapping[str, Usage] = field(default_factory=dict)
+    """How much of each active limit is used, by hold id."""
 
     @property
     def holds(self) -> tuple[Hold, ...]:
-        """The holds that pause now."""
+        """The holds in force now: those that pause and those that limit."""
         return self.state.active_holds(self.now)
+
+    @property
+    def limits(self) -> tuple[Hold, ...]:
+        """The holds that limit now."""
+        return self.state.limits(self.now)
 
     @property
     def ramps(self) -> tuple[Ramp, ...]:

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from celery import Celery
 
+from ..model.limit import Usage, rate_key, slots_key
 from ..model.report import known
 from ..model.state import PauseState
 from ..model.windows import with_windows
 from ..settings import config_for
-from ..stores import Snapshot, store_for
+from ..stores import Snapshot, Store, store_for
 from .results import ClusterStatus
 
 
@@ -21,7 +22,8 @@ def status(app: Celery) -> ClusterStatus:
 
     Returns:
         The holds (``holds``: active ones, windows' occurrences included; ``scheduled``:
-        those that start later), the effective paused scope, and every live worker's
+        those that start later), the effective paused scope, how much of each limit is used
+        (``usage``), and every live worker's
         report (hostname, applied generation, paused queues, running task ids in scope,
         held count, last seen, ``as_of``).
 
@@ -47,7 +49,22 @@ def status(app: Celery) -> ClusterStatus:
         store=store.display_url,
         queues=tuple(app.amqp.queues),
         store_warnings=tuple(store.warnings()),
+        usage=usage(store, state, snapshot.now),
     )
+
+
+def usage(store: Store, state: PauseState, now: float) -> dict[str, Usage]:
+    """How much of each active limit the cluster uses, by hold id."""
+    return {
+        hold.id: Usage.of(
+            hold.limit,
+            store.read_record(slots_key(hold.id)) if hold.limit.concurrency else None,
+            store.read_record(rate_key(hold.id)) if hold.limit.rate else None,
+            now,
+        )
+        for hold in state.limits(now)
+        if hold.limit is not None
+    }
 
 
 def in_force(app: Celery, snapshot: Snapshot) -> PauseState:

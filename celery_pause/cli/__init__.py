@@ -1,7 +1,8 @@
-"""The operator's tools: ``celery -A proj pause``, ``resume``, ``pause status``,
+"""The operator's tools: ``celery -A proj pause``, ``throttle``, ``resume``, ``pause status``,
 ``pause serve`` and ``pause init-store``, registered through Celery's
 ``celery.commands`` entry points."""
 
 from .commands import pause, resume
+from .throttle import throttle
 
-__all__ = ("pause", "resume")
+__all__ = ("pause", "resume", "throttle")

@@ -266,23 +266,26 @@ def names(scope: dict[str, list[str] | None]) -> dict[str, Any]:
     return {name: scope[name] for name in NAMES}
 
 
-def confirmations(ctx: click.Context, result: PauseResult, *, waited: bool) -> None:
-    """Say who confirmed the pause, or warn that no live worker is there to apply it."""
+def confirmations(
+    ctx: click.Context, result: PauseResult, *, waited: bool, what: str = "pause"
+) -> None:
+    """Say who confirmed the pause (or limit), or warn that no live worker is there to
+    apply it."""
     warning = ctx.obj.style("Warning:", fg="yellow", bold=True)
     for text in result.warnings:
         ctx.obj.error(f"{warning} {printable(text)}.")
     status = api.status(ctx.obj.app)
     workers = result.workers if waited else status.workers
     if not workers:
+        later = "start paused" if what == "pause" else "apply it from their first task"
         ctx.obj.error(
-            f"{warning} no live worker reports to {status.store}. The pause is "
-            "recorded: workers that start later start paused."
+            f"{warning} no live worker reports to {status.store}. The {what} is "
+            f"recorded: workers that start later {later}."
         )
     elif waited:
         count = len(workers)
-        ctx.obj.echo(
-            f"Confirmed by {count} worker{'s' if count != 1 else ''}: nothing in scope is running."
-        )
+        done = "nothing in scope is running" if what == "pause" else "the limit is in force"
+        ctx.obj.echo(f"Confirmed by {count} worker{'s' if count != 1 else ''}: {done}.")
 
 
 @pause.command(cls=CeleryCommand)

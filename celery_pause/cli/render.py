@@ -12,6 +12,7 @@ from collections.abc import Mapping, Sequence
 from ..api.document import Depths, Overview, WindowStatus, cluster_state, since
 from ..api.results import ClusterStatus, PauseResult, ResumeResult
 from ..model.formatting import format_duration, format_time
+from ..model.limit import Usage
 from ..model.ramp import Ramp
 from ..model.report import APPLIED, LOST, WorkerReport
 from ..model.scope import Scope, Target
@@ -42,8 +43,12 @@ def tasks_text(report: WorkerReport, *, full: bool = False, limit: int = 3) -> s
     return ", ".join(labels)
 
 
-def hold_line(hold: Hold, now: float) -> str:
+def hold_line(hold: Hold, now: float, usage: Usage | None = None) -> str:
     parts = ["hold", hold.source, "on " + hold.scope.describe()]
+    if hold.limit is not None:
+        parts[0:1] = ["limit", hold.limit.describe()]
+        if usage is not None:
+            parts.append(f"({usage.describe(hold.limit)})")
     if hold.paused_by:
         parts.append("by " + quoted(hold.paused_by).strip('"'))
     if hold.reason:
@@ -250,11 +255,14 @@ def status_lines(view: Overview) -> list[str]:
         began = since(status.holds)
         if began is not None:
             head += f" since {format_time(began)} ({format_duration(now - began)})"
+    if status.limits:
+        count = len(status.limits)
+        head += f"; {count} limit{'s' if count != 1 else ''} in force"
     lines = [head]
     restored = status.state.restored
     if restored is not None:
         lines.append(f"Restored by {restored.by} at {format_time(restored.at)}: {restored.lost}")
-    lines.extend("  " + hold_line(hold, now) for hold in status.holds)
+    lines.extend("  " + hold_line(hold, now, status.usage.get(hold.id)) for hold in status.holds)
     if status.scheduled:
         lines.append("Scheduled (cancel one with `resume --hold ID`):")
         lines.extend("  " + scheduled_line(hold, now) for hold in status.scheduled)

@@ -178,6 +178,40 @@ def live_slots(record: Record | None, now: float) -> dict[str, float]:
     return {str(slot): expiry for slot, expiry in slots.items() if number(expiry) > now}
 
 
-def record_key(hold_id: str) -> str:
-    """The store record of the limit of hold ``hold_id``."""
-    return f"limit:{hold_id}"
+@dataclass(frozen=True)
+class Usage:
+    """How much of one limit the cluster uses, as its store records say."""
+
+    running: int | None
+    """Slots of the concurrency taken (tasks running or about to), ``None`` without one."""
+    booked: float | None
+    """Seconds of the rate's start times reserved ahead of now (0: the rate is not all used;
+    above 0: tasks queue for their turn), ``None`` without a rate."""
+
+    @classmethod
+    def of(cls, limit: Limit, slots: Record | None, rate: Record | None, now: float) -> Usage:
+        running = None if limit.concurrency is None else len(live_slots(slots, now))
+        booked = None if limit.rate is None else max(0.0, _tat(rate) - now)
+        return cls(running=running, booked=booked)
+
+    def describe(self, limit: Limit) -> str:
+        """``2 of 3 running``, ``rate fully used`` or ``rate not fully used``."""
+        parts = []
+        if self.running is not None:
+            parts.append(f"{self.running} of {limit.concurrency} running")
+        if self.booked is not None:
+            parts.append("rate fully used" if self.booked > 0 else "rate not fully used")
+        return ", ".join(parts)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"running": self.running, "booked": self.booked}
+
+
+def slots_key(hold_id: str) -> str:
+    """The store record of the concurrency slots of hold ``hold_id``'s limit."""
+    return f"limit:{hold_id}:slots"
+
+
+def rate_key(hold_id: str) -> str:
+    """The store record of the rate of hold ``hold_id``'s limit."""
+    return f"limit:{hold_id}:rate"

@@ -24,7 +24,16 @@ from celery.worker.request import Request
 
 from ..errors import StoreError
 from ..logs import ThrottledLog
-from ..model.limit import Limit, give_back, record_key, renew_slots, reserve, run_length, take_slots
+from ..model.limit import (
+    Limit,
+    give_back,
+    rate_key,
+    renew_slots,
+    reserve,
+    run_length,
+    slots_key,
+    take_slots,
+)
 from ..model.scope import Target
 from ..model.state import Hold
 from ..stores import Store
@@ -224,7 +233,7 @@ class LimitKeeper:
         if wanted:
             ids = [f"{self.hostname}/{uuid.uuid4().hex[:10]}" for _ in range(wanted)]
             taken = self.store.update_record(
-                record_key(permits.id) + ":slots",
+                slots_key(permits.id),
                 lambda record, now: take_slots(
                     record, now, limit=permits.limit.concurrency or 0, ids=ids, ttl=self.ttl
                 ),
@@ -234,7 +243,7 @@ class LimitKeeper:
         want = permits.starts_wanted(self.clock())
         if want:
             got = self.store.update_record(
-                record_key(permits.id) + ":rate",
+                rate_key(permits.id),
                 lambda record, now: reserve(
                     record, now, interval=permits.limit.interval, want=want
                 ),
@@ -251,7 +260,7 @@ class LimitKeeper:
         if not held:
             return
         kept = self.store.update_record(
-            record_key(permits.id) + ":slots",
+            slots_key(permits.id),
             lambda record, now: renew_slots(record, now, ids=held, ttl=self.ttl),
         ).result
         permits.keep_only(kept)
@@ -259,7 +268,7 @@ class LimitKeeper:
     def _give_back(self, permits: Permits, slots: list[str]) -> None:
         if slots:
             self.store.update_record(
-                record_key(permits.id) + ":slots",
+                slots_key(permits.id),
                 lambda record, now: give_back(record, now, ids=slots),
             )
 

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 import celery_pause
-from celery_pause.model.limit import live_slots, record_key
+from celery_pause.model.limit import live_slots, slots_key
 from celery_pause.stores import store_for
 from support.harness import AMQP_BROKER, REDIS_BROKER, Cluster, Worker, stop_all, wait_for
 from support.proj import OTHER_TASK
@@ -134,7 +134,7 @@ def test_a_concurrency_limit_is_never_exceeded_and_kept_used(
 
     # And once the tasks ended, the workers hold no slot of it
     store = store_for(cluster.app)
-    key = record_key(result.hold.id) + ":slots"
+    key = slots_key(result.hold.id)
     wait_for(
         lambda: not live_slots(store.read_record(key), store.now()),
         timeout=10,
