@@ -220,9 +220,11 @@ def test_status_json_schema() -> None:
     # Then every documented key is there with its type
     assert set(doc) == {
         "schema", "state", "paused_queues", "since", "generation", "restored", "now", "store",
-        "holds", "scheduled", "ramps", "windows", "workers", "totals", "queues", "breakers",
+        "holds", "limits", "scheduled", "ramps", "windows", "workers", "totals", "queues",
+        "breakers",
     }  # fmt: skip
     assert doc["breakers"] == [] and doc["scheduled"] == [] and doc["windows"] == []
+    assert doc["limits"] == []
     assert doc["ramps"] == [] and doc["restored"] is None
     assert doc["schema"] == 1
     assert doc["state"] == "PARTIAL"
