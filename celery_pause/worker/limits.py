@@ -25,6 +25,7 @@ from celery.worker.request import Request
 from ..errors import StoreError
 from ..logs import ThrottledLog
 from ..model.limit import (
+    HORIZON,
     Limit,
     give_back,
     rate_key,
@@ -73,6 +74,7 @@ class Permits:
         self.retry_at = float("-inf")
         """Store time before which a reservation of the rate is not worth asking for."""
         self.renewed = time.monotonic()
+        """``time.monotonic()`` at the start of the last renewal of its slots that worked."""
 
     @property
     def id(self) -> str:
@@ -83,8 +85,11 @@ class Permits:
 
     # -- the gate, on the consumer loop --------------------------------------------------
     def ready(self, now: float) -> bool:
-        """Whether one task may start at store time ``now``."""
+        """Whether one task may start at store time ``now`` (start times whose turn passed
+        over :data:`~celery_pause.model.limit.HORIZON` ago are dropped, not caught up on)."""
         with self._lock:
+            while self._starts and self._starts[0] < now - HORIZON:
+                self._starts.popleft()
             if self.limit.rate is not None and not (self._starts and self._starts[0] <= now):
                 return False
             return self.limit.concurrency is None or bool(self._free)
@@ -103,14 +108,17 @@ class Permits:
             return self._starts[0] if self._starts else None
 
     # -- the store thread --------------------------------------------------------------------
-    def ended(self, running: Callable[[Request], bool]) -> tuple[bool, list[str]]:
-        """Slots whose task ended are kept for the requests waiting here: whether one was,
-        and the slots to give back (the rest, and free ones nothing waits for)."""
+    def ended(
+        self, running: Callable[[Request], bool], *, reuse: bool = True
+    ) -> tuple[bool, list[str]]:
+        """Slots whose task ended are kept for the requests waiting here (if ``reuse``):
+        whether one was, and the slots to give back (the rest, and free ones nothing
+        waits for)."""
         with self._lock:
             done = [slot for slot, request in self._busy.items() if not running(request)]
             for slot in done:
                 del self._busy[slot]
-            keep = max(0, self.waiting - len(self._free))
+            keep = max(0, self.waiting - len(self._free)) if reuse else 0
             self._free.extend(done[:keep])
             spare = max(0, len(self._free) - self.waiting)
             surplus = [self._free.pop() for _ in range(spare)]
@@ -203,18 +211,22 @@ class LimitKeeper:
     def pace(self, permits: tuple[Permits, ...], retired: Iterable[Permits]) -> float | None:
         """Earn and give back what ``permits`` need now, and give back every slot of the
         ``retired`` ones (limits lifted); seconds until it is worth calling again."""
+        failed = False
+        earned = False
         try:
             for gone in retired:
                 self._give_back(gone, gone.held_slots())
-            earned = any([self._serve(p) for p in permits])
+            for p in permits:
+                earned = self._serve(p) or earned
         except StoreError as exc:
             self._errors.error("celery-pause: limits: %s; the limited tasks wait", exc)
-            return RETRY
+            failed = True
         now = self.clock()
         if earned or any(p.waiting and p.ready(now) for p in permits):
-            self._pump()
+            self._pump()  # what was earned before, and start times that came
         wakes = [t for p in permits if (t := p.wake_at(now)) is not None]
-        return None if not wakes else max(TICK, min(wakes) - now)
+        wake = None if not wakes else max(TICK, min(wakes) - now)
+        return min(wake or RETRY, RETRY) if failed else wake
 
     def give_back_all(self, permits: Iterable[Permits]) -> None:
         """At shutdown: free every slot this worker holds (never raises)."""
@@ -226,7 +238,10 @@ class LimitKeeper:
 
     def _serve(self, permits: Permits) -> bool:
         """One limit's store work; whether it earned a permit someone waits for."""
-        earned, freed = permits.ended(_running)
+        # A slot not renewed for a while may have expired in the store (and been taken
+        # by another worker): it is not used again before a renewal confirms it.
+        fresh = time.monotonic() - permits.renewed < self.ttl * 2 / 3
+        earned, freed = permits.ended(_running, reuse=fresh)
         self._give_back(permits, freed)
         permits.drop_unused_starts()
         wanted = permits.slots_wanted()
@@ -256,14 +271,14 @@ class LimitKeeper:
 
     def _renew(self, permits: Permits) -> None:
         held = permits.held_slots()
-        permits.renewed = time.monotonic()
-        if not held:
-            return
-        kept = self.store.update_record(
-            slots_key(permits.id),
-            lambda record, now: renew_slots(record, now, ids=held, ttl=self.ttl),
-        ).result
-        permits.keep_only(kept)
+        started = time.monotonic()
+        if held:
+            kept = self.store.update_record(
+                slots_key(permits.id),
+                lambda record, now: renew_slots(record, now, ids=held, ttl=self.ttl),
+            ).result
+            permits.keep_only(kept)
+        permits.renewed = started
 
     def _give_back(self, permits: Permits, slots: list[str]) -> None:
         if slots:

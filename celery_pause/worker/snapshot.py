@@ -97,6 +97,8 @@ class WorkerSnapshot:
             "scheduled": [h.to_json() for h in self.scheduled if h.scope.for_worker(mine)],
             "held": dict(self.gate.held_by_task),
             "running": [{"id": t.id, "name": t.name} for t in self.running(applied.scope)],
+            "limits": [h.to_json() for h in applied.limits],
+            "waiting": self.gate.waiting,
         }
 
     def report(self, *, seen: float, starting: bool = False) -> WorkerReport:
