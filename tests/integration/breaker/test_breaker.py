@@ -332,9 +332,13 @@ def test_holds_are_independent_of_an_operator_and_a_forced_resume_restarts_it_cl
     world.wait_state("closed")
     closed_at = world.record()["closed_at"]
 
-    # Then the breaker removed its own hold only: the operator's keeps the queue paused
-    holds = celery_pause.status(world.app).holds
-    assert [(h.source, h.reason) for h in holds] == [("manual", "maintenance")]
+    # Then the breaker removed its own hold only (a write that follows its closed record):
+    # the operator's keeps the queue paused
+    def holds() -> list[tuple[str, str | None]]:
+        return [(h.source, h.reason) for h in celery_pause.status(world.app).holds]
+
+    wait_for(lambda: len(holds()) == 1, timeout=10, what="the breaker to lift its hold")
+    assert holds() == [("manual", "maintenance")]
     stays_quiet(world.cluster, closed_at, 1.5, records=world.runs)
 
     # When the operator resumes, every task completes
