@@ -59,7 +59,8 @@ class BeatWatch(threading.Thread):
         state, at, local = read
         now = at + (time.monotonic() - local)
         for hold in state.active_holds(now):
-            if hold.beat == BEAT_SKIP and hold.scope.covers(Target(queue=queue, task=task)):
+            skips = hold.beat == BEAT_SKIP and hold.pauses  # a limit never skips
+            if skips and hold.scope.covers(Target(queue=queue, task=task)):
                 return hold
         return None
 

@@ -5,6 +5,8 @@ A window is a hold that recurs on a Celery schedule::
     app.conf.pause_windows = [
         {"name": "nightly-backup", "schedule": crontab(hour=2, minute=0), "duration": 3600,
          "queues": ["reports"], "reason": "backup", "beat": "skip"},
+        {"name": "business-hours", "schedule": crontab(hour=9, minute=0), "duration": "8h",
+         "tasks": ["proj.exports.*"], "rate": "2/s"},      # a limit instead of a pause
     ]
 
 No process writes its occurrences: every process of the app (worker, beat, CLI) computes
@@ -28,13 +30,16 @@ from celery import Celery
 
 from ..errors import InvalidInput, InvalidWindow
 from .formatting import format_time
+from .limit import Limit
 from .recurrence import as_schedule, next_start, starts
 from .scope import NAMES, Scope
 from .state import BEAT_POLICIES, BEAT_QUEUE, WINDOW_PREFIX, Hold, PauseState
-from .validation import check_reason, check_scope, parse_duration
+from .validation import check_limit, check_reason, check_scope, parse_duration
 
 NAME = re.compile(r"[A-Za-z0-9_.-]{1,64}\Z")
-KEYS = frozenset({"name", "schedule", "duration", *NAMES, "reason", "beat"})
+KEYS = frozenset(
+    {"name", "schedule", "duration", *NAMES, "reason", "beat", "rate", "concurrency"}
+)
 SAMPLE = 50
 """Occurrences of each window checked for a too-long duration and for clashes."""
 CONFIGURED_BY = "pause_windows"
@@ -51,6 +56,8 @@ class Window:
     scope: Scope
     reason: str | None = None
     beat: str = BEAT_QUEUE
+    limit: Limit | None = None
+    """``None``: its occurrences pause their scope; else they limit it."""
 
     @property
     def source(self) -> str:
@@ -68,6 +75,7 @@ class Window:
             resume_at=start + self.duration,
             beat=self.beat,
             id=f"{self.source}:{int(start)}",
+            limit=self.limit,
         )
 
     def current_and_next(
@@ -99,6 +107,7 @@ class Window:
             **self.scope.rule.to_json(),
             "reason": self.reason,
             "beat": self.beat,
+            **({} if self.limit is None else self.limit.to_json()),
         }
 
 
@@ -189,10 +198,15 @@ def parse_window(
         scope = check_scope(item)
         reason = check_reason(item.get("reason"))
         duration = window_duration(item["duration"])
+        rate, concurrency = item.get("rate"), item.get("concurrency")
+        limited = rate is not None or concurrency is not None
+        limit = check_limit(rate, concurrency) if limited else None
+        if limit is not None and item.get("beat") == "skip":
+            raise InvalidInput("beat 'skip' goes with a pause; a window that limits queues")
     except InvalidInput as exc:
         raise InvalidWindow(f"window {name!r}: {exc}") from None
     recurrence = as_schedule(item["schedule"], app, name)
-    return Window(name, recurrence, duration, scope, reason, beat)
+    return Window(name, recurrence, duration, scope, reason, beat, limit)
 
 
 def window_duration(value: Any) -> float:

@@ -9,11 +9,13 @@ import pytest
 from celery import Celery
 from celery.schedules import crontab, schedule
 
+from celery_pause.errors import InvalidWindow
 from celery_pause.model.lifting import lift_hold, lift_scope
+from celery_pause.model.limit import Limit
 from celery_pause.model.recurrence import next_start
 from celery_pause.model.scope import Scope, Target
 from celery_pause.model.state import UNREADABLE, Hold, PauseState
-from celery_pause.model.windows import Window, with_windows
+from celery_pause.model.windows import Window, parse_windows, with_windows
 
 APP = Celery("window-logic", set_as_current=False)
 DAY = 86400.0
@@ -131,3 +133,54 @@ def test_windows_join_the_state_read_and_are_lifted_by_markers_only() -> None:
     )
     forced = lift_scope(stored, now, Scope.of(), force=True, windows=[window()]).value
     assert forced is not None and forced.skipped_until("nightly") == at("2027-01-15 03:00:00")
+
+
+def test_a_window_with_a_rate_limits_its_scope_instead_of_pausing_it() -> None:
+    # Given a window that limits exports to 2/s and 3 at once during business hours
+    (hours,) = parse_windows(
+        [
+            {
+                "name": "business-hours",
+                "schedule": crontab(hour=9, minute=0, app=APP),
+                "duration": "8h",
+                "tasks": ["proj.exports.*"],
+                "rate": "2/s",
+                "concurrency": 3,
+            }
+        ],
+        APP,
+        "queue",
+    )
+    assert hours.limit == Limit(rate=2.0, concurrency=3)
+
+    # When the state is read at 10:00, in its occurrence
+    now = at("2027-01-15 10:00:00")
+    in_force = with_windows(PauseState(generation=1), [hours], now)
+
+    # Then its occurrence limits the exports (as a limit, not a pause) and says so in JSON
+    (occurrence,) = in_force.limits(now)
+    assert occurrence.source == "window:business-hours" and occurrence.limit == hours.limit
+    assert not in_force.paused(now)
+    assert hours.to_json()["rate"] == 2.0 and hours.to_json()["concurrency"] == 3
+    # ... and at 18:00 it is over: nothing limits
+    assert (
+        with_windows(PauseState(generation=1), [hours], at("2027-01-15 18:00:00")).limits(
+            at("2027-01-15 18:00:00")
+        )
+        == ()
+    )
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        ({"rate": "ten"}, "not a rate"),
+        ({"rate": "0/s"}, "rate must be above 0"),
+        ({"concurrency": 0}, "concurrency must be a whole number"),
+        ({"rate": "2/s", "beat": "skip"}, "beat 'skip' goes with a pause"),
+    ],
+)
+def test_a_window_with_a_bad_limit_is_refused(extra: dict[str, object], message: str) -> None:
+    entry = {"name": "w", "schedule": crontab(hour=9, minute=0, app=APP), "duration": 60, **extra}
+    with pytest.raises(InvalidWindow, match=message):
+        parse_windows([entry], APP, "queue")
