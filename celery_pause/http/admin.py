@@ -1,7 +1,8 @@
 """The admin API and status page: ``celery -A proj pause serve``.
 
-``GET /status`` (JSON), ``POST /pause`` and ``POST /resume`` (JSON bodies with the
-CLI's option names: ``start_at`` and ``beat`` for a pause, ``hold`` to lift one hold),
+``GET /status`` (JSON), ``POST /pause``, ``POST /throttle`` and ``POST /resume`` (JSON
+bodies with the CLI's option names: ``start_at`` and ``beat`` for a pause, ``rate`` and
+``concurrency`` for a throttle, ``hold`` to lift one hold),
 all behind a bearer token compared in constant time.
 ``GET /`` serves a status page that asks for the token and then shows the holds,
 breakers, workers, queue depths and history, refreshing itself, with pause and
@@ -29,7 +30,7 @@ from typing import Any
 
 from celery import Celery
 
-from ..api import pause, resume
+from ..api import pause, resume, throttle
 from ..api.depths import queue_depths
 from ..api.document import overview
 from ..errors import AlreadyPaused, ConfigurationError, InvalidInput, PauseError, StoreError
@@ -47,6 +48,9 @@ PAUSE_FIELDS = (
     "force",
 )  # fmt: skip
 RESUME_FIELDS = (*NAMES, "hold", "force", "by", "ramp")
+THROTTLE_FIELDS = (
+    "rate", "concurrency", "reason", "by", *NAMES, "resume_after", "resume_at", "start_at",
+)  # fmt: skip
 STATIC = {
     "/": ("index.html", "text/html; charset=utf-8"),
     "/page.js": ("page.js", "text/javascript; charset=utf-8"),
@@ -84,6 +88,7 @@ class AdminAPI:
             ("GET", "/metrics"): self.get_metrics,
             ("POST", "/pause"): self.post_pause,
             ("POST", "/resume"): self.post_resume,
+            ("POST", "/throttle"): self.post_throttle,
         }
         route = routes.get((request.method, request.path))
         if route is None:
@@ -91,7 +96,8 @@ class AdminAPI:
             if allowed:
                 return json_response(405, {"error": f"use {allowed[0]}"}, (("Allow", allowed[0]),))
             return json_response(
-                404, {"error": "try GET /status, GET /metrics, POST /pause, POST /resume"}
+                404,
+                {"error": "try GET /status, GET /metrics, POST /pause, /throttle or /resume"},
             )
         refusal = self.authenticate(request)
         if refusal is not None:
@@ -171,6 +177,33 @@ class AdminAPI:
             200,
             {
                 "paused": result.hold.scope.names(),
+                "hold": result.hold.to_json(),
+                "warnings": list(result.warnings),
+                "generation": result.generation,
+                "replaced": [h.to_json() for h in result.replaced],
+            },
+        )
+
+    def post_throttle(self, request: Request) -> Response:
+        body = _body(request, THROTTLE_FIELDS)
+        resume_after = body.get("resume_after")
+        resume_at = body.get("resume_at")
+        start_at = body.get("start_at")
+        result = throttle(
+            self.app,
+            rate=body.get("rate"),
+            concurrency=body.get("concurrency"),
+            reason=_opt_text(body, "reason"),
+            paused_by=_opt_text(body, "by") or _caller(request),
+            **_scope_names(body),
+            resume_after=_duration(resume_after) if resume_after not in (None, "") else None,
+            resume_at=_moment(resume_at) if resume_at not in (None, "") else None,
+            start_at=_moment(start_at, "start_at") if start_at not in (None, "") else None,
+        )
+        logger.info("celery-pause admin: %s", result.hold.describe())
+        return json_response(
+            200,
+            {
                 "hold": result.hold.to_json(),
                 "warnings": list(result.warnings),
                 "generation": result.generation,

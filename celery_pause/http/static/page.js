@@ -59,6 +59,19 @@ function fill(id, rows) {
   }
 }
 
+function limitText(h, usage) {
+  // "pause", or the limit and how much of it the cluster uses.
+  if (h.rate === undefined && h.concurrency === undefined) return "pause";
+  const parts = [];
+  if (h.rate !== undefined && h.rate !== null) parts.push(h.rate + "/s");
+  if (h.concurrency !== undefined && h.concurrency !== null) {
+    const running = usage && usage.running !== null ? usage.running + " of " : "at most ";
+    parts.push(running + h.concurrency + " running");
+  }
+  if (usage && usage.booked) parts.push("rate fully used");
+  return parts.join(", ");
+}
+
 function when(seconds) {
   // Store-clock seconds since the epoch, as ISO 8601 in UTC to the second.
   if (seconds === null || seconds === undefined) return "";
@@ -73,9 +86,10 @@ function render(doc) {
     "generation " + doc.generation + " · updated " + when(doc.now) +
     (doc.restored ? " · restored by " + doc.restored.by + " at " + when(doc.restored.at) +
       ": " + doc.restored.lost : "");
+  const usage = Object.fromEntries(doc.limits.map((u) => [u.id, u]));
   fill("holds", doc.holds.map((h) => [
-    h.source, holdScope(h), h.paused_by, h.reason, when(h.start_at || h.paused_at),
-    when(h.resume_at) || "—", h.beat,
+    h.source, holdScope(h), limitText(h, usage[h.id]), h.paused_by, h.reason,
+    when(h.start_at || h.paused_at), when(h.resume_at) || "—", h.beat,
   ]));
   fill("scheduled", doc.scheduled.map((h) => [
     h.source, holdScope(h), h.paused_by, h.reason, when(h.start_at), when(h.resume_at) || "—",
@@ -135,6 +149,7 @@ function formBody(form) {
     if (el.type === "checkbox") body[el.name] = el.checked;
     else if (el.value.trim() !== "") body[el.name] = el.value.trim();
   }
+  if (body.concurrency) body.concurrency = Number(body.concurrency);
   if (body.resume_at) body.resume_at = new Date(body.resume_at).toISOString();
   if (body.start_at) body.start_at = new Date(body.start_at).toISOString();
   return body;
@@ -151,6 +166,10 @@ async function submit(event, path) {
   const doc = await response.json();
   if (!response.ok) {
     say(doc.error || "error " + response.status, "error");
+  } else if (path === "throttle") {
+    say("Limited " + holdScope(doc.hold) + " to " + limitText(doc.hold, null) +
+      " (generation " + doc.generation + ").", "ok");
+    form.reset();
   } else if (path === "pause") {
     const what = doc.hold.start_at ? "Scheduled a pause of " : "Paused ";
     const from = doc.hold.start_at ? " from " + when(doc.hold.start_at) : "";
@@ -177,6 +196,7 @@ document.addEventListener("DOMContentLoaded", () => {
     refresh();
   });
   document.getElementById("pause-form").addEventListener("submit", (e) => submit(e, "pause"));
+  document.getElementById("throttle-form").addEventListener("submit", (e) => submit(e, "throttle"));
   document.getElementById("resume-form").addEventListener("submit", (e) => submit(e, "resume"));
   refresh();
   setInterval(refresh, REFRESH_MS);

@@ -122,6 +122,35 @@ def test_pause_status_and_resume_over_http(redis_cluster: Cluster, admin: str) -
     ]
 
 
+def test_throttle_over_http_is_shown_and_lifted(redis_cluster: Cluster, admin: str) -> None:
+    # When a queue is throttled with the CLI's option names
+    reply = call(
+        admin + "/throttle",
+        method="POST",
+        headers=AUTH,
+        body={"queues": "emails", "rate": "10/s", "concurrency": 3, "by": "ann@ops"},
+    )
+
+    # Then the limit is recorded, and status shows it with how much of it is used
+    assert reply.status == 200, reply.body
+    hold = reply.json()["hold"]
+    assert (hold["queues"], hold["rate"], hold["concurrency"]) == (["emails"], 10.0, 3)
+    doc = call(admin + "/status", headers=AUTH).json()
+    assert doc["state"] == "RUNNING" and doc["paused_queues"] == []
+    assert doc["limits"] == [{"id": hold["id"], "running": 0, "booked": 0.0}]
+
+    # When the same queue is throttled again, Then the dial turns: the first is replaced
+    again = call(
+        admin + "/throttle", method="POST", headers=AUTH, body={"queues": "emails", "rate": 20}
+    )
+    assert [h["id"] for h in again.json()["replaced"]] == [hold["id"]]
+
+    # When resumed, Then no limit is left
+    resumed = call(admin + "/resume", method="POST", headers=AUTH, body={"queues": "emails"})
+    assert resumed.status == 200 and resumed.json()["flowing"] is True
+    assert call(admin + "/status", headers=AUTH).json()["limits"] == []
+
+
 @pytest.mark.parametrize(
     ("path", "body", "status", "says"),
     [
@@ -135,6 +164,11 @@ def test_pause_status_and_resume_over_http(redis_cluster: Cluster, admin: str) -
         ("/pause", b'{"force": "yes"}', 400, "force must be true or false"),
         ("/pause", b'{"reason": "' + b"x" * 1001 + b'"}', 400, "reason longer"),
         ("/resume", b'{"reason": "no such option"}', 400, "unknown field(s) reason"),
+        ("/throttle", b'{"queues": "emails"}', 400, "give a rate"),
+        ("/throttle", b'{"rate": "0/s"}', 400, "rate must be above 0"),
+        ("/throttle", b'{"rate": "ten"}', 400, "not a rate"),
+        ("/throttle", b'{"concurrency": 0}', 400, "concurrency must be a whole number"),
+        ("/throttle", b'{"rate": "5/s", "beat": "skip"}', 400, "unknown field(s) beat"),
         ("/pause", b'{"reason": "' + b"x" * MAX_BODY + b'"}', 413, "request body over"),
     ],
     ids=[
@@ -148,6 +182,11 @@ def test_pause_status_and_resume_over_http(redis_cluster: Cluster, admin: str) -
         "bad-force",
         "long-reason",
         "resume-unknown-field",
+        "throttle-no-limit",
+        "throttle-zero-rate",
+        "throttle-bad-rate",
+        "throttle-zero-concurrency",
+        "throttle-beat",
         "huge-body",
     ],
 )

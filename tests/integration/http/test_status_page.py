@@ -191,3 +191,35 @@ def test_the_status_page_resumes_with_a_ramp_and_shows_it(
         page.click("#resume-button")
         expect(page.locator("#message")).to_contain_text("at most a day", timeout=WAIT_MS)
         assert celery_pause.status(redis_cluster.app).paused.covers(Target(queue="emails"))
+
+
+def test_the_status_page_throttles_and_shows_the_limit(redis_cluster: Cluster, page: Any) -> None:
+    from playwright.sync_api import expect
+
+    # Given the status page of a running cluster
+    with admin_server(redis_cluster.app) as url:
+        page.goto(url + "/")
+        page.fill("#token", TOKEN)
+        page.click("#token-button")
+        expect(page.locator("#state")).to_have_text("RUNNING", timeout=WAIT_MS)
+
+        # When queue imports is throttled through the form to 5/s and 2 at once
+        page.fill("#throttle-queues", "imports")
+        page.fill("#throttle-rate", "5/s")
+        page.fill("#throttle-concurrency", "2")
+        page.click("#throttle-button")
+
+        # Then the page says so and lists the limit with its use, as the store recorded it
+        expect(page.locator("#message")).to_contain_text("Limited imports to 5/s", timeout=WAIT_MS)
+        row = page.locator("#holds tbody tr")
+        expect(row).to_contain_text("5/s, 0 of 2 running", timeout=WAIT_MS)
+        (hold,) = celery_pause.status(redis_cluster.app).limits
+        assert hold.limit is not None and (hold.limit.rate, hold.limit.concurrency) == (5.0, 2)
+        expect(page.locator("#state")).to_have_text("RUNNING")
+
+        # And a bad rate is refused with the reason, changing nothing
+        page.fill("#throttle-queues", "imports")
+        page.fill("#throttle-rate", "ten")
+        page.click("#throttle-button")
+        expect(page.locator("#message")).to_contain_text("not a rate", timeout=WAIT_MS)
+        assert celery_pause.status(redis_cluster.app).limits == (hold,)
