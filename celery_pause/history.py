@@ -1,6 +1,6 @@
 """The pause history: every pause and resume, kept as a bounded log in the store.
 
-Each entry says what happened (``pause``, ``resume``, ``cancel`` of a scheduled
+Each entry says what happened (``pause``, ``throttle``, ``resume``, ``cancel`` of a scheduled
 hold or window occurrence, ``skip`` of periodic tasks by ``celery beat``), when
 (store time), to which queues, who did it, why, and the source of the hold
 (``manual``, ``breaker:<name>`` or ``window:<name>``). Scheduled holds that start
@@ -22,6 +22,7 @@ from celery import Celery
 
 from .errors import InvalidInput, StoreError
 from .model.formatting import format_duration, format_time
+from .model.limit import Limit
 from .model.scope import EVERYTHING, Scope, rule_from_json
 from .model.state import Hold, PauseState, Restored
 from .settings import config_for
@@ -31,6 +32,7 @@ logger = logging.getLogger(__name__)
 
 HISTORY_LOG = "history"
 PAUSE = "pause"
+THROTTLE = "throttle"
 RESUME = "resume"
 CANCEL = "cancel"
 EXPIRE = "expire"
@@ -60,6 +62,8 @@ class HistoryEntry:
     """Beat entry name to the number of runs not sent (``skip`` entries)."""
     ramp: float | None = None
     """Seconds over which a resume ramped the start rate up (``resume`` entries)."""
+    limit: Limit | None = None
+    """The limit a ``throttle`` entry placed."""
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -77,6 +81,8 @@ class HistoryEntry:
             "start_at": self.start_at,
             "skipped": self.skipped,
             "ramp": self.ramp,
+            "rate": None if self.limit is None else self.limit.rate,
+            "concurrency": None if self.limit is None else self.limit.concurrency,
         }
 
     @classmethod
@@ -98,6 +104,7 @@ class HistoryEntry:
                 start_at=None if data.get("start_at") is None else float(data["start_at"]),
                 skipped=_counts(data.get("skipped")),
                 ramp=None if data.get("ramp") is None else float(data["ramp"]),
+                limit=Limit.from_json(data),
             )
         except (KeyError, TypeError, ValueError) as exc:
             detail = data.get("unreadable") or repr(exc)
@@ -109,13 +116,15 @@ class HistoryEntry:
         parts = [f"{when}  {self.action:<7} {self.source:<10} {self.scope.describe()}"]
         if self.by:
             parts.append(f"by {self.by}")
+        if self.limit is not None:
+            parts.append(f"limit {self.limit.describe()}")
         if self.reason:
             parts.append(f"{self.reason!r}")
         if self.forced:
             parts.append("(forced)")
-        if self.start_at is not None and self.action == PAUSE:
+        if self.start_at is not None and self.action in (PAUSE, THROTTLE):
             parts.append(f"starts {format_time(self.start_at)}")
-        if self.resume_at is not None and self.action == PAUSE:
+        if self.resume_at is not None and self.action in (PAUSE, THROTTLE):
             parts.append(f"auto-resume {format_time(self.resume_at)}")
         if self.ramp is not None:
             parts.append(f"ramp {format_duration(self.ramp)}")
@@ -128,10 +137,11 @@ class HistoryEntry:
 
 
 def pause_entry(hold: Hold, generation: int, replaced: Iterable[Hold]) -> HistoryEntry:
-    """The entry for ``hold`` placed at ``generation``, replacing ``replaced``."""
+    """The entry for ``hold`` placed at ``generation``, replacing ``replaced`` (a pause with
+    ``force``; a throttle turning the dial of the limit it replaced)."""
     ended = tuple(h.id for h in replaced)
     return HistoryEntry(
-        action=PAUSE,
+        action=PAUSE if hold.pauses else THROTTLE,
         at=hold.paused_at,
         scope=hold.scope,
         source=hold.source,
@@ -141,8 +151,9 @@ def pause_entry(hold: Hold, generation: int, replaced: Iterable[Hold]) -> Histor
         resume_at=hold.resume_at,
         holds=(hold.id,),
         ended=ended,
-        forced=bool(ended),
+        forced=bool(ended) and hold.pauses,
         start_at=hold.start_at,
+        limit=hold.limit,
     )
 
 
@@ -251,7 +262,7 @@ def starts(entries: Sequence[HistoryEntry], now: float) -> list[HistoryEntry]:
     return [
         _derived(entry, START, entry.start_at, resume_at=entry.resume_at)
         for entry in entries
-        if entry.action == PAUSE
+        if entry.action in (PAUSE, THROTTLE)
         and entry.start_at is not None
         and entry.start_at <= now
         and all(cancelled.get(hold, float("inf")) > entry.start_at for hold in entry.holds)
@@ -264,7 +275,7 @@ def expiries(entries: Sequence[HistoryEntry], now: float) -> list[HistoryEntry]:
     return [
         _derived(entry, EXPIRE, entry.resume_at, ended=entry.holds)
         for entry in entries
-        if entry.action == PAUSE
+        if entry.action in (PAUSE, THROTTLE)
         and entry.resume_at is not None
         and entry.resume_at <= now
         and not ended.intersection(entry.holds)
@@ -280,6 +291,7 @@ def _derived(entry: HistoryEntry, action: str, at: float | None, **fields: Any) 
         source=entry.source,
         reason=entry.reason,
         holds=entry.holds,
+        limit=entry.limit,
         **fields,
     )
 

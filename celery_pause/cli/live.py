@@ -11,6 +11,8 @@ from ..model.formatting import printable
 from ..model.report import WorkerReport
 from .render import pause_lines, progress_lines
 
+Heading = Callable[[PauseResult], list[str]]
+
 REDRAW_EVERY = 0.1
 """Seconds between redraws on a terminal."""
 ERASE_LINE_ABOVE = "\x1b[F\x1b[K"
@@ -30,8 +32,14 @@ class LiveProgress:
         stream: TextIO,
         tty: bool,
         clock: Callable[[], float] = time.monotonic,
+        heading: Heading = pause_lines,
+        what: str = "pause",
     ) -> None:
+        """``heading`` says what the recorded hold does (once); ``what`` names it in the
+        progress lines (``pause``, ``limit``)."""
         self.paused: PauseResult | None = None
+        self.heading = heading
+        self.what = what
         self.stream = stream
         self.tty = tty
         self.clock = clock
@@ -43,9 +51,9 @@ class LiveProgress:
     def __call__(self, paused: PauseResult, workers: Sequence[WorkerReport]) -> None:
         if self.paused is None:
             self.paused = paused
-            self._write(pause_lines(paused))
+            self._write(self.heading(paused))
         self.last = list(workers)
-        lines = progress_lines(workers, paused.generation)
+        lines = progress_lines(workers, paused.generation, self.what)
         if lines == self._shown:
             return
         if self.tty:

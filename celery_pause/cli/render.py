@@ -63,6 +63,8 @@ def hold_line(hold: Hold, now: float, usage: Usage | None = None) -> str:
 def scheduled_line(hold: Hold, now: float) -> str:
     """A hold that starts later: when, for how long, and the id that cancels it."""
     parts = [hold.source, "on " + hold.scope.describe()]
+    if hold.limit is not None:
+        parts.insert(0, f"limit {hold.limit.describe()}")
     if hold.paused_by:
         parts.append("by " + quoted(hold.paused_by).strip('"'))
     if hold.reason:
@@ -174,7 +176,10 @@ def resume_lines(result: ResumeResult, asked: Scope, *, force: bool) -> list[str
         return lines
     if not result.removed and not result.cancelled:
         lines.append(f"No manual hold to remove on {asked.describe()}.")
-    lines.append("Still paused by:")
+    kinds = {hold.pauses for hold in result.remaining}
+    lines.append(
+        "Still " + ("held" if len(kinds) > 1 else "paused" if True in kinds else "limited") + " by:"
+    )
     lines.extend("  " + hold.describe() for hold in result.remaining)
     if any(h.window for h in result.remaining):
         lines.append("End a window's occurrence early with `resume --hold window:NAME`.")
@@ -184,8 +189,10 @@ def resume_lines(result: ResumeResult, asked: Scope, *, force: bool) -> list[str
 
 
 # -- --wait progress and timeout -------------------------------------------------------------
-def progress_lines(workers: Sequence[WorkerReport], generation: int) -> list[str]:
-    """Workers that confirmed the pause, and what the others still run."""
+def progress_lines(
+    workers: Sequence[WorkerReport], generation: int, what: str = "pause"
+) -> list[str]:
+    """Workers that confirmed the pause (or limit), and what the others still run."""
     done = [w for w in workers if w.quiet_for(generation)]
     running = sum(len(w.running) for w in workers)
     lines = [
@@ -198,7 +205,7 @@ def progress_lines(workers: Sequence[WorkerReport], generation: int) -> list[str
         if report.silent:
             lines.append(f"  {report.hostname}  {lost_text(report)}")
         elif report.status != APPLIED or report.generation < generation:
-            lines.append(f"  {report.hostname}  has not applied the pause yet")
+            lines.append(f"  {report.hostname}  has not applied the {what} yet")
         else:
             lines.append(
                 f"  {report.hostname}  finishing {len(report.running)}: {tasks_text(report)}"
@@ -207,28 +214,34 @@ def progress_lines(workers: Sequence[WorkerReport], generation: int) -> list[str
 
 
 def timeout_lines(
-    timeout: float, busy: Mapping[str, Sequence[str]], last: Sequence[WorkerReport], hint: str
+    timeout: float,
+    busy: Mapping[str, Sequence[str]],
+    last: Sequence[WorkerReport],
+    hint: str,
+    what: str = "pause",
 ) -> list[str]:
     """Which workers did not confirm, with their task ids (and names when known)."""
     reports = {w.hostname: w for w in last}
-    lines = [f"pause recorded but not confirmed within {timeout:g}s:"]
+    lines = [f"{what} recorded but not confirmed within {timeout:g}s:"]
     for host, task_ids in sorted(busy.items()):
         report = reports.get(host)
         if report is not None and report.silent:
             lines.append(f"  {host} {lost_text(report)}")
             continue
         if not task_ids:
-            lines.append(f"  {host} has not applied the pause")
+            lines.append(f"  {host} has not applied the {what}")
             continue
         if report is not None and list(report.running) == list(task_ids):
             labels = [task_label(report, i, full=True) for i in range(len(task_ids))]
         else:
             labels = list(task_ids)
         lines.append(f"  {host} still runs {len(labels)}: {', '.join(labels)}")
-    lines.append(
-        "The pause stays in effect: those tasks finish, nothing new starts. "
-        f"Follow it with `{hint} pause status`."
+    stays = (
+        "those tasks finish, nothing new starts"
+        if what == "pause"
+        else "each worker applies it when it next reads the store"
     )
+    lines.append(f"The {what} stays in effect: {stays}. Follow it with `{hint} pause status`.")
     return lines
 
 

@@ -89,7 +89,9 @@ def throttle(
     if resume_after is not None and resume_at is not None:
         raise click.UsageError("--resume-after and --resume-at cannot be used together", ctx)
     app: Celery = ctx.obj.app
-    progress = LiveProgress(stream=sys.stdout, tty=sys.stdout.isatty())
+    progress = LiveProgress(
+        stream=sys.stdout, tty=sys.stdout.isatty(), heading=throttle_lines, what="limit"
+    )
     with operator_errors(ctx):
         try:
             result = api.throttle(
@@ -109,11 +111,12 @@ def throttle(
             )
         except PauseTimeout as exc:
             progress.close()
-            lines = timeout_lines(exc.timeout, exc.busy, progress.last, app_hint(ctx))
+            lines = timeout_lines(exc.timeout, exc.busy, progress.last, app_hint(ctx), "limit")
             raise Unconfirmed("\n".join(printable(line) for line in lines)) from None
         progress.close()
-        for line in throttle_lines(result):
-            ctx.obj.echo(printable(line))
+        if not wait:  # a wait printed them before its progress
+            for line in throttle_lines(result):
+                ctx.obj.echo(printable(line))
         confirmations(ctx, result, waited=wait, what="limit")
 
 

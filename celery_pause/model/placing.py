@@ -8,7 +8,7 @@ manual holds it replaced (:class:`Placed`).
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from ..errors import AlreadyPaused, InvalidInput
 from .formatting import format_time
@@ -41,6 +41,7 @@ class Placed:
 
     hold: Hold
     replaced: tuple[Hold, ...] = ()
+    """The holds it ended (a scheduled throttle: from its start on)."""
 
 
 def place(state: PauseState, now: float, placing: Placing) -> Outcome[PauseState, Placed]:
@@ -80,7 +81,11 @@ def place(state: PauseState, now: float, placing: Placing) -> Outcome[PauseState
     conflicts = tuple(other for other in live if other.manual and _conflict(other, hold, now))
     if conflicts and not placing.force and hold.pauses:
         raise AlreadyPaused(list(conflicts))
-    following = state.with_holds([*(h for h in live if h not in conflicts), hold])
+    kept = [h for h in live if h not in conflicts]
+    if not hold.pauses and start is not None:
+        # A scheduled turn of the dial: the limit in force keeps its place until then.
+        kept += [replace(h, resume_at=start) for h in conflicts if h.began < start]
+    following = state.with_holds([*kept, hold])
     return Outcome(following, Placed(hold, conflicts))
 
 

@@ -219,8 +219,10 @@ def check_limit(rate: str | float | None, concurrency: int | None) -> Limit:
         or not isinstance(concurrency, int)
         or not 0 < concurrency <= MAX_CONCURRENCY
     ):
+        huge = isinstance(concurrency, int) and abs(concurrency) > 10**18
+        shown = "a number beyond that" if huge else repr(concurrency)[:40]
         raise InvalidInput(
-            f"concurrency must be a whole number from 1 to {MAX_CONCURRENCY}, got {concurrency!r}"
+            f"concurrency must be a whole number from 1 to {MAX_CONCURRENCY}, got {shown}"
         )
     return Limit(rate=per_second, concurrency=concurrency)
 
@@ -237,10 +239,14 @@ def parse_rate(rate: str | float) -> float:
             )
         per_second = float(match.group(1)) / UNITS[match.group(2) or "s"]
     else:
-        per_second = float(rate)
+        try:
+            per_second = float(rate)
+        except OverflowError:
+            per_second = float("inf")
     if not 0 < per_second <= MAX_RATE:  # NaN too
+        shown = str(rate)[:40] if isinstance(rate, str) else f"{per_second:g}/s"
         raise InvalidInput(
-            f"rate must be above 0 and at most {format_rate(MAX_RATE)}, got {str(rate)[:40]!r}"
+            f"rate must be above 0 and at most {format_rate(MAX_RATE)}, got {shown!r}"
         )
     return per_second
 

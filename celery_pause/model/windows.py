@@ -37,9 +37,7 @@ from .state import BEAT_POLICIES, BEAT_QUEUE, WINDOW_PREFIX, Hold, PauseState
 from .validation import check_limit, check_reason, check_scope, parse_duration
 
 NAME = re.compile(r"[A-Za-z0-9_.-]{1,64}\Z")
-KEYS = frozenset(
-    {"name", "schedule", "duration", *NAMES, "reason", "beat", "rate", "concurrency"}
-)
+KEYS = frozenset({"name", "schedule", "duration", *NAMES, "reason", "beat", "rate", "concurrency"})
 SAMPLE = 50
 """Occurrences of each window checked for a too-long duration and for clashes."""
 CONFIGURED_BY = "pause_windows"

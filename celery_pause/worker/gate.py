@@ -247,13 +247,14 @@ class Gate:
         wait for a ramp), taken at once."""
         with self._lock:
             held = list(self._held)
-            waiting = len(self.pacing.waiting)
+            waiting = list(self.pacing.waiting)
             scope = self._scope
+        kept = [since for _, since in held[:1] + waiting]
         return GateFigures(
             scope=scope,
             held=len(held),
-            waiting=waiting,
-            oldest=held[0][1] if held else None,
+            waiting=len(waiting),
+            oldest=min(kept, default=None),
             held_by_task=dict(Counter(req.name for req, _ in held)),
             counters=replace(self.counters),
             next_ramp_start=self.pacing.next_ramp_start(),

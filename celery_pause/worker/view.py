@@ -44,7 +44,8 @@ class GateFigures:
     waiting: int
     """Requests waiting for their ramp."""
     oldest: float | None
-    """``time.monotonic()`` since which the oldest held request is held."""
+    """``time.monotonic()`` since which the oldest request the gate keeps (held, or waiting
+    for its ramp or limit) is kept: ``pause_max_hold`` returns it to the broker."""
     held_by_task: dict[str, int]
     counters: GateCounters
     next_ramp_start: float | None
