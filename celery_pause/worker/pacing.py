@@ -67,11 +67,9 @@ class Pacing:
         self._widened: set[int] = set()
         """Waiting requests (by ``id``) that widened the prefetch window."""
         self._ramp_waiting = 0
+        self.active = False
+        """Whether a ramp or a limit is in force (an attribute: the gate reads it per task)."""
 
-    @property
-    def active(self) -> bool:
-        """Whether a ramp or a limit is in force."""
-        return bool(self.shares or self.limits)
 
     def pace(self, ramps: Iterable[Ramp], limits: Iterable[Hold]) -> None:
         """Pace the starts of ``ramps`` and ``limits`` from now on; a ramp's share and a
@@ -81,6 +79,7 @@ class Pacing:
         kept = {permits.id: permits for permits in self.limits}
         self.limits = tuple(kept.pop(h.id) if h.id in kept else Permits(h) for h in limits)
         self.retired.extend(kept.values())
+        self.active = bool(self.shares or self.limits)
 
     def take_retired(self) -> list[Permits]:
         retired, self.retired = self.retired, []
@@ -105,6 +104,7 @@ class Pacing:
         ``blocked`` says a pause holds now (taken out of the wait; the rest waits on)."""
         now = self.clock()
         self.shares = tuple(share for share in self.shares if share.ramp.live(now))
+        self.active = bool(self.shares or self.limits)
         waiting = self.take_waiting()
         starting, blocking = [], []
         for request, since in waiting:
