@@ -44,6 +44,7 @@ from ..model.state import BREAKER_PREFIX, Hold, PauseState
 from ..model.validation import (
     check_count,
     check_exceptions,
+    check_limit,
     check_positive,
     check_queues,
     check_ramp,
@@ -92,6 +93,11 @@ class CircuitBreaker:
       it closes, its tasks' start rate rises from a trickle to ``pause_ramp_peak``
       per second over that time, as with ``resume(ramp=...)``, and one counted
       failure before the ramp ends re-opens it at once. A forced resume does not ramp.
+    - ``throttle`` (None): a rate (``"5/s"``, as ``throttle(rate=...)`` takes it): while
+      open, its hold *limits* its tasks to that rate across the cluster instead of pausing
+      them, for a dependency that answers "too many requests" rather than being down. Its
+      tasks run while it is open (a counted failure goes back to its queue as before);
+      the probe, or while half-open the first tasks to start, decide when it closes.
     """
 
     def __init__(
@@ -114,6 +120,7 @@ class CircuitBreaker:
         requeue_delay: float = 5.0,
         max_requeues: int | None = 10,
         ramp: timedelta | float | None = None,
+        throttle: str | float | None = None,
     ) -> None:
         if not isinstance(name, str) or not NAME.match(name):
             raise InvalidInput(
@@ -153,6 +160,7 @@ class CircuitBreaker:
             max_requeues = check_count("max_requeues", max_requeues)
         self.max_requeues = max_requeues
         self.ramp = check_ramp(ramp)
+        self.limit = None if throttle is None else check_limit(throttle, None)
         self.policy = Policy(
             fail_max=self.fail_max,
             window=self.window,
@@ -275,6 +283,7 @@ class CircuitBreaker:
                 reason=reason,
                 paused_at=now,
                 id=hold_id,
+                limit=self.limit,
             )
             # The pause wins over a ramp anyway; dropped, a forced resume cannot revive it.
             following = state.with_holds([*state.live_holds(now), hold])

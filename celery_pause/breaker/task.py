@@ -3,7 +3,8 @@ starts, succeeds or fails.
 
 A counted failure goes to the breaker's shared window and may open it; the task
 is then published again, unchanged, to wait in its (paused) queue. A task that
-starts while its breaker is open without being a trial goes back the same way.
+starts while its breaker is open without being a trial goes back the same way,
+unless the breaker throttles instead of pausing: then it runs, at the hold's pace.
 """
 
 from __future__ import annotations
@@ -121,6 +122,8 @@ def before_run(breaker: CircuitBreaker, task: Task) -> int | None:
             return None
         if record.state == HALF_OPEN and request.id in record.trials:
             return record.period
+        if breaker.limit is not None:  # its hold limits its tasks' pace: they run
+            return None
         queue = queue_of(app, request)
         if not breaker.guards(queue):
             return None

@@ -70,7 +70,6 @@ class Pacing:
         self.active = False
         """Whether a ramp or a limit is in force (an attribute: the gate reads it per task)."""
 
-
     def pace(self, ramps: Iterable[Ramp], limits: Iterable[Hold]) -> None:
         """Pace the starts of ``ramps`` and ``limits`` from now on; a ramp's share and a
         limit's permits are kept across calls, so a re-read does not restart them."""

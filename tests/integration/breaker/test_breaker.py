@@ -573,3 +573,45 @@ def test_a_breaker_with_a_ramp_closes_gradually_and_one_failure_in_it_reopens_it
         f"\nstarts in the ramp's first second: {len(first)}; failures at re-open: "
         f"{record['failures']}"
     )
+
+
+def test_a_throttling_breaker_slows_its_tasks_while_open_and_closes_on_its_probe(
+    make_breaker_world: Any,
+) -> None:
+    # Given two workers, a breaker that throttles to 4/s while open, and a dependency that
+    # answers errors
+    world = make_breaker_world(
+        REDIS_BROKER, probe=True, fail_max=3, window=30, reset_timeout=3, throttle="4/s"
+    )
+    world.dependency("down")
+    workers = [world.cluster.worker(name, concurrency=2) for name in ("w1", "w2")]
+    for worker in workers:
+        worker.wait_applied()
+
+    # When tasks fail against it until it opens
+    world.send(60, duration=0.0)
+    world.wait_state("open")
+    limited_at = world.wait_paused_everywhere(workers)
+
+    # Then its hold limits its queue instead of pausing it ...
+    (hold,) = world.breaker_holds()
+    assert hold.limit is not None and hold.limit.rate == 4.0
+    assert not celery_pause.status(world.app).paused
+    # ... and its tasks keep running while it is open (once those handed to the pools before
+    # the limit came have run), at no more than 4/s
+    since = limited_at + 1.0
+    wait_for(
+        lambda: len(started_between(world.runs(), since, time.time())) >= 12,
+        timeout=DEADLINE,
+        what="tasks to run while the breaker is open",
+    )
+    during = sorted(r["started"] for r in started_between(world.runs(), since, time.time()))
+    pace = (len(during) - 1) / (during[-1] - during[0])
+    assert pace <= 4.4, f"{pace:.1f}/s while the breaker throttled to 4/s"
+
+    # When the dependency recovers, Then the probe closes it, the hold goes, every task runs
+    world.dependency("up")
+    world.wait_state("closed")
+    wait_for(lambda: not world.breaker_holds(), timeout=10, what="the breaker to lift its hold")
+    ok = world.wait_all_done()
+    assert sorted(r["id"] for r in ok) == sorted(world.sent)
