@@ -2,8 +2,8 @@
 
 Every value is read from the worker at scrape time. Labels are bounded: queue
 names the worker consumes, registered task names, hold sources (``manual``, ``unreadable``,
-``breaker:<name>``, ``window:<name>``), breaker names, the ids of ramps in force (a ramp
-lasts a day at most), and fixed words; never task ids or reasons.
+``breaker:<name>``, ``window:<name>``), breaker names, the ids of ramps and limits in force
+(only those in force are shown), and fixed words; never task ids or reasons.
 """
 
 from __future__ import annotations
@@ -67,7 +67,7 @@ def _with(family: Any, samples: Iterable[tuple[list[str], float]]) -> Any:
     return family
 
 
-def _by_source(holds: tuple[Hold, ...]) -> list[tuple[list[str], float]]:
+def _by_source(holds: Iterable[Hold]) -> list[tuple[list[str], float]]:
     """One sample per hold source: how many of ``holds`` it has."""
     return [([source], float(n)) for source, n in sorted(Counter(h.source for h in holds).items())]
 
@@ -164,7 +164,7 @@ def gate(view: WorkerView) -> Iterator[Any]:
 def ramps(view: WorkerView) -> Iterator[Any]:
     yield _gauge(
         "celery_pause_ramp_waiting",
-        "Task messages waiting for a ramped resume's start rate right now.",
+        "Task messages waiting for a ramped resume's start rate, or a limit's permit, right now.",
         value=float(view.ramping),
     )
     for name, documentation, measure in (
@@ -181,6 +181,31 @@ def ramps(view: WorkerView) -> Iterator[Any]:
     ):
         family = _gauge(name, documentation, labels=["source", "ramp"])
         yield _with(family, (([r.source, r.id], measure(r, view.now)) for r in view.ramps))
+
+
+def limits(view: WorkerView) -> Iterator[Any]:
+    limited = [(hold, hold.limit) for hold in view.holds if hold.limit is not None]
+    yield _with(
+        _gauge(
+            "celery_pause_limits", "Limits in force on this worker, by source.", labels=["source"]
+        ),
+        _by_source([hold for hold, _ in limited]),
+    )
+    rate = _gauge(
+        "celery_pause_limit_rate",
+        "Each limit's cluster-wide start rate (tasks/s), by source and hold id.",
+        labels=["source", "hold"],
+    )
+    yield _with(rate, (([h.source, h.id], lim.rate) for h, lim in limited if lim.rate))
+    concurrency = _gauge(
+        "celery_pause_limit_concurrency",
+        "Each limit's cluster-wide concurrency, by source and hold id.",
+        labels=["source", "hold"],
+    )
+    yield _with(
+        concurrency,
+        (([h.source, h.id], float(lim.concurrency)) for h, lim in limited if lim.concurrency),
+    )
 
 
 def breakers(view: WorkerView) -> Iterator[Any]:
@@ -224,6 +249,7 @@ FAMILIES: tuple[Callable[[WorkerView], Iterator[Any]], ...] = (
     transitions,
     gate,
     ramps,
+    limits,
     breakers,
     worker,
 )

@@ -219,3 +219,32 @@ def test_metrics_and_readiness_during_a_ramped_resume(probed_cluster: Cluster) -
     celery_pause.resume(probed_cluster.app)
     records = probed_cluster.wait_records(len(sent), timeout=20)
     assert sorted(r["id"] for r in records) == sorted(sent)
+
+
+def test_metrics_show_the_limits_in_force_and_readiness_stays(probed_cluster: Cluster) -> None:
+    # Given a worker serving its metrics
+    worker = probed_cluster.worker("w1")
+    worker.wait_applied()
+    base = probe_url(worker)
+
+    # When its queue is throttled to 7/s and 2 at once
+    result = celery_pause.throttle(probed_cluster.app, rate="7/s", concurrency=2, wait=True)
+
+    # Then its metrics show the limit, and it stays ready (a limit is no pause)
+    def limited() -> str | None:
+        text = metrics_of(base)
+        return text if metric(text, "celery_pause_limits", source="manual") == 1 else None
+
+    text = wait_for(limited, timeout=10, what="the limit in the metrics")
+    labels = {"source": "manual", "hold": result.hold.id}
+    assert metric(text, "celery_pause_limit_rate", **labels) == 7.0
+    assert metric(text, "celery_pause_limit_concurrency", **labels) == 2.0
+    assert call(base + "/readyz").status == 200
+
+    # When it is lifted, Then the metrics no longer show it
+    celery_pause.resume(probed_cluster.app)
+    wait_for(
+        lambda: metric(metrics_of(base), "celery_pause_limit_rate", **labels) is None,
+        timeout=10,
+        what="the limit to leave the metrics",
+    )
