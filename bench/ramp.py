@@ -87,7 +87,6 @@ def run(
             "start": ramp.start,
             "duration": ramp.duration,
             "peak": ramp.peak,
-            "sharers": ramp.sharers,
         },
         "starts": {
             "ramped": relative(ramped, ramp.start),
@@ -137,7 +136,7 @@ def relative(starts: list[Start], origin: float) -> dict[str, list[Any]]:
 def analyse(raw: dict[str, Any], width: float) -> dict[str, Any]:
     """Bins, the curve, how far ahead of or behind it the cluster ran, per-worker counts."""
     r = raw["ramp"]
-    ramp = Ramp(EVERYTHING, start=0.0, duration=r["duration"], peak=r["peak"], sharers=r["sharers"])
+    ramp = Ramp(EVERYTHING, start=0.0, duration=r["duration"], peak=r["peak"])
     ramped, plain = raw["starts"]["ramped"]["t"], raw["starts"]["plain"]["t"]
     end = max(ramped[-1], plain[-1])
     edges = [round(i * width, 6) for i in range(math.ceil(end / width) + 1)]
@@ -151,7 +150,6 @@ def analyse(raw: dict[str, Any], width: float) -> dict[str, Any]:
         round((ramp.allowance(b) - ramp.allowance(a)) / width, 2) if b <= ramp.duration else None
         for a, b in pairs(edges)
     ]
-    n = ramp.sharers
     ahead, ahead_at = max((k - ramp.allowance(t), t) for k, t in enumerate(ramped, 1)
                           if t < ramp.duration)  # fmt: skip
     in_ramp = [t for t in ramped if t < ramp.duration]
@@ -176,12 +174,7 @@ def analyse(raw: dict[str, Any], width: float) -> dict[str, Any]:
             "plain": sum(1 for t in plain if t < 1.0),
             "allowance": round(ramp.allowance(1.0), 2),
         },
-        "ahead": {
-            "max_starts": round(ahead, 2),
-            "at_s": round(ahead_at, 2),
-            "bound_busy_workers": n,
-            "bound_with_saving": round(n * (1 + max(1.0, ramp.rate(ahead_at) / n)), 1),
-        },
+        "ahead": {"max_starts": round(ahead, 2), "at_s": round(ahead_at, 2), "bound": 1},
         "max_behind_starts": round(behind, 2),
         "during_ramp": {"starts": len(in_ramp), "allowance": ramp.allowance(ramp.duration)},
         "last_start_after_end_s": round(ramped[-1] - ramp.duration, 3),
@@ -210,21 +203,18 @@ def groups(times: list[float], gap: float = 0.02) -> dict[str, Any]:
 
 
 def per_worker(raw: dict[str, Any], ramp: Ramp) -> dict[str, dict[str, Any]]:
-    """Per worker: starts during the ramp (its share's allowance is the same for each),
-    starts in all, and its furthest lead over its share of the curve."""
+    """Per worker: starts during the ramp (beside an equal share of the curve, for
+    reference: the workers book from one record, whoever holds the backlog), and in all."""
     starts = raw["starts"]["ramped"]
+    workers = raw["settings"]["workers"]
     found: dict[str, dict[str, Any]] = {}
     for name in sorted(set(starts["worker"])):
         mine = [t for t, w in zip(starts["t"], starts["worker"], strict=True) if w == name]
         in_ramp = [t for t in mine if t < ramp.duration]
-        lead = max(
-            (k - ramp.allowance(t) / ramp.sharers for k, t in enumerate(in_ramp, 1)), default=0.0
-        )
         found[name] = {
             "during_ramp": len(in_ramp),
-            "share_allowance": round(ramp.allowance(ramp.duration) / ramp.sharers, 1),
+            "share_allowance": round(ramp.allowance(ramp.duration) / workers, 1),
             "total": len(mine),
-            "max_ahead_of_share": round(lead, 2),
             "plain_total": raw["starts"]["plain"]["worker"].count(name),
         }
     return found
@@ -238,12 +228,11 @@ def table(raw: dict[str, Any], found: dict[str, Any]) -> str:
     s, first, ahead = raw["settings"], found["first_second"], found["ahead"]
     rows = [
         ("starts in the first second", first["ramped"], first["plain"],
-         f"curve {first['allowance']:g} (+ under 1 per worker: its phase)"),
+         f"curve {first['allowance']:g}"),
         ("starts during the ramp", found["during_ramp"]["starts"], "",
          f"allowance {found['during_ramp']['allowance']:g}"),
         ("furthest ahead of the curve (starts)", ahead["max_starts"], "",
-         f"at {ahead['at_s']} s; bound {ahead['bound_busy_workers']} busy, "
-         f"{ahead['bound_with_saving']} with saving"),
+         f"at {ahead['at_s']} s; bound {ahead['bound']}"),
         ("furthest behind the curve (starts)", found["max_behind_starts"], "", ""),
         ("last start after the ramp's end, s", found["last_start_after_end_s"], "", ""),
         ("every task started by, s", round(raw["starts"]["ramped"]["t"][-1], 2),
@@ -252,12 +241,11 @@ def table(raw: dict[str, Any], found: dict[str, Any]) -> str:
     for name, w in found["per_worker"].items():
         rows.append(
             (f"{name}: starts during the ramp / in all", f"{w['during_ramp']} / {w['total']}",
-             w["plain_total"], f"share {w['share_allowance']:g}; "
-             f"ahead of it by {w['max_ahead_of_share']} at most")
+             w["plain_total"], f"an equal share would be {w['share_allowance']:g}")
         )  # fmt: skip
     lines = [
         f"{s['workers']} workers x {s['concurrency']}, {s['tasks']} tasks each resume, "
-        f"ramp {s['ramp_s']:g} s to {s['peak_per_s']:g}/s, shared by {raw['ramp']['sharers']}",
+        f"ramp {s['ramp_s']:g} s to {s['peak_per_s']:g}/s, booked from one store record",
         f"{'figure':<42}  {'ramped':>12}  {'plain':>8}  ideal / note",
     ]
     lines += [f"{a:<42}  {b!s:>12}  {c!s:>8}  {d}" for a, b, c, d in rows]

@@ -35,8 +35,8 @@ def plot(raw: dict[str, Any], found: dict[str, Any], path: Path) -> None:
     (beside the plain resume); how far ahead of it the cluster ran; each worker's starts."""
     plt = pyplot()
     r, s, bins = raw["ramp"], raw["settings"], found["bins"]
-    ramp = Ramp(EVERYTHING, start=0.0, duration=r["duration"], peak=r["peak"], sharers=r["sharers"])
-    n, end = ramp.sharers, ramp.duration
+    ramp = Ramp(EVERYTHING, start=0.0, duration=r["duration"], peak=r["peak"])
+    n, end = s["workers"], ramp.duration
     ramped, plain = raw["starts"]["ramped"], raw["starts"]["plain"]
     last = max(ramped["t"][-1], end) + 1.0
     curve_t = [end * i / 200 for i in range(201)]
@@ -101,10 +101,10 @@ def plot(raw: dict[str, Any], found: dict[str, Any], path: Path) -> None:
     total.fill_between(
         curve_t,
         allowance,
-        [a + n for a in allowance],
+        [a + 1 for a in allowance],
         color="#c44e52",
         alpha=0.15,
-        label=f"curve + under 1 start per worker, its phase ({n})",
+        label="curve + 1 start",
     )
     total.plot(curve_t, allowance, color="#c44e52", lw=2, label="ideal: Ramp.allowance(t)")
     count = range(1, len(ramped["t"]) + 1)
@@ -133,14 +133,14 @@ def plot(raw: dict[str, Any], found: dict[str, Any], path: Path) -> None:
 
     # How far ahead of the curve (below zero: behind it) the cluster ran.
     grid = [end * i / 4000 for i in range(4001)]
-    ahead_ax.axhline(n, color="grey", ls=":", lw=1)
+    ahead_ax.axhline(1, color="grey", ls=":", lw=1)
     ahead_ax.axhline(0, color="#c44e52", lw=1.5)
     ahead_ax.plot(grid, lead(ramped["t"], grid, ramp), color="#4c72b0", lw=0.8)
     groups = found["groups"]
     ahead_ax.text(
         0.99,
         0.96,
-        f"dotted: +{n}, under one start per worker (its phase)\n"
+        "dotted: +1 start\n"
         f"{groups['count']} groups of starts, median size {groups['median_size']:g}, "
         f"each within {groups['max_spread_ms']:g} ms",
         transform=ahead_ax.transAxes,
@@ -149,7 +149,7 @@ def plot(raw: dict[str, Any], found: dict[str, Any], path: Path) -> None:
         fontsize=8,
         bbox={"facecolor": "white", "edgecolor": "#cccccc"},
     )
-    ahead_ax.set_ylim(-1, n * 1.25 + 2)
+    ahead_ax.set_ylim(-3, 3)
     ahead_ax.set_ylabel("cluster starts\nahead of the curve")
     ahead_ax.set_xlabel("seconds since the resume (store time)")
     for ax in (rate, total, ahead_ax):
@@ -157,14 +157,14 @@ def plot(raw: dict[str, Any], found: dict[str, Any], path: Path) -> None:
         ax.set_xlim(0, last)
     plt.setp(rate.get_xticklabels() + total.get_xticklabels(), visible=False)
 
-    # Each worker's starts, during the ramp against its share, and after it.
+    # Each worker's starts, during the ramp (beside an equal share, for reference) and after.
     names = list(found["per_worker"])
     during = [w["during_ramp"] for w in found["per_worker"].values()]
     after = [w["total"] - w["during_ramp"] for w in found["per_worker"].values()]
     workers.bar(names, during, color="#4c72b0", label="in the ramp")
     workers.bar(names, after, bottom=during, color="#a1c9f4", label="after its end")
     share = ramp.allowance(end) / n
-    workers.axhline(share, color="#c44e52", lw=1.5, label=f"share: {share:g}")
+    workers.axhline(share, color="#c44e52", lw=1.5, label=f"an equal share: {share:g}")
     for x, count in enumerate(during):
         workers.text(x, count / 2, str(count), ha="center", color="white", fontsize=8)
     workers.set_ylabel("starts per worker")

@@ -79,8 +79,6 @@ def resume(
         raise InvalidInput("give a hold id, or a scope (queues, tasks, workers), not both")
     config = config_for(app)
     store = store_for(app)
-    # The live workers share a ramp's rate: read once, and only for a ramp.
-    live = store.live_reports(config.worker_ttl, store.now()) if seconds is not None else []
     by = resumed_by or default_operator()
     lifting = Lifting(
         scope=scope,
@@ -89,7 +87,6 @@ def resume(
         windows=tuple(config.windows),
         ramp=seconds,
         peak=config.ramp_peak,
-        hosts=tuple(report.hostname for report in live),
         by=by,
     )
     done = store.update(lambda state, now: lift(state, now, lifting))

@@ -38,7 +38,6 @@ from ..control import notify_workers
 from ..errors import InvalidInput, StoreError
 from ..model.formatting import format_time
 from ..model.outcome import Outcome
-from ..model.ramp import count_sharers
 from ..model.scope import Scope
 from ..model.state import BREAKER_PREFIX, Hold, PauseState
 from ..model.validation import (
@@ -303,8 +302,6 @@ class CircuitBreaker:
         the breaker closed with (if any) on the hold's scope."""
         ramping = closed if closed and closed.hold_id == hold_id and closed.ramp_until else None
         config = config_for(app)
-        reports = store.live_reports(config.worker_ttl, store.now()) if ramping else []
-        hosts = [report.hostname for report in reports]
 
         def drop(state: PauseState, now: float) -> Outcome[PauseState, None]:
             dropped = [hold for hold in state.holds if hold.id == hold_id]
@@ -312,9 +309,7 @@ class CircuitBreaker:
                 return Outcome(None, None)
             following = state.with_holds(h for h in state.holds if h.id != hold_id)
             scope = dropped[0].scope
-            ramp = ramping and ramping.ramp_on(
-                scope, config.ramp_peak, count_sharers(scope, hosts), self.source
-            )
+            ramp = ramping and ramping.ramp_on(scope, config.ramp_peak, self.source)
             return Outcome(
                 following.with_ramp(ramp, now) if ramp and ramp.live(now) else following, None
             )

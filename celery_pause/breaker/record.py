@@ -199,12 +199,12 @@ class BreakerRecord:
         """Whether the breaker is closed and the ramp it closed with still lasts at ``now``."""
         return self.state == CLOSED and self.ramp_until is not None and now < self.ramp_until
 
-    def ramp_on(self, scope: Scope, peak: float, sharers: int, source: str) -> Ramp | None:
+    def ramp_on(self, scope: Scope, peak: float, source: str) -> Ramp | None:
         """The ramp on ``scope`` that this close started, if it closed with one."""
         if self.state != CLOSED or self.ramp_until is None or self.closed_at is None:
             return None
         duration = self.ramp_until - self.closed_at
-        return Ramp(scope, self.closed_at, duration, peak, sharers=sharers, source=source)
+        return Ramp(scope, self.closed_at, duration, peak, source=source)
 
     def with_policy(self, policy: Policy) -> BreakerRecord:
         """The record carrying the breaker's settings, for status readers."""

@@ -16,7 +16,7 @@ from dataclasses import dataclass, replace
 
 from ..errors import InvalidInput
 from .outcome import Outcome
-from .ramp import Ramp, count_sharers
+from .ramp import Ramp
 from .scope import DIMENSIONS, NOTHING, Dimension, Names, Rule, Scope
 from .state import WINDOW_PREFIX, Hold, PauseState
 from .windows import Window, occurrences, window_named
@@ -38,8 +38,7 @@ class Lifted:
 class Lifting:
     """A resume as asked for: by ``scope``, or of exactly the hold ``hold_id``.
 
-    With ``ramp`` (seconds), what it lifts resumes through a ramp rising to ``peak``,
-    shared by those of the live workers ``hosts`` it applies to.
+    With ``ramp`` (seconds), what it lifts resumes through a ramp rising to ``peak``.
     """
 
     scope: Scope
@@ -48,7 +47,6 @@ class Lifting:
     windows: tuple[Window, ...] = ()
     ramp: float | None = None
     peak: float = 0.0
-    hosts: tuple[str, ...] = ()
     by: str | None = None
 
 
@@ -75,7 +73,6 @@ def lift(state: PauseState, now: float, lifting: Lifting) -> Outcome[PauseState,
         start=now,
         duration=lifting.ramp,
         peak=lifting.peak,
-        sharers=count_sharers(resumed, lifting.hosts),
         by=lifting.by,
     )
     return Outcome(outcome.value.with_ramp(ramp, now), replace(lifted, ramp=ramp))

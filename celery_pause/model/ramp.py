@@ -5,23 +5,23 @@ which the cluster starts tasks of its scope rises linearly from zero to ``peak``
 per second (``pause_ramp_peak``); from its end on the rate is unlimited, so nothing
 waits longer than the ramp. A hold pausing the scope wins over a ramp at once.
 
-The workers share the rate without talking to each other: each one takes an equal
-share, ``1 / sharers``, where ``sharers`` is the number of live workers the ramp
-applies to when it was recorded. No store operation per task; the price is that the
-cluster runs below the curve while some workers have nothing of the scope to start.
+A ramp is a limit whose rate rises (:mod:`.limit`): the workers share it through one
+record in the store, the number of starts the cluster was granted, and a worker with
+tasks waiting books the next start times along the curve (:func:`book`), a run at a
+time. Whichever workers hold the backlog, the cluster follows the curve.
 """
 
 from __future__ import annotations
 
 import math
 import uuid
-import zlib
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
 from .formatting import format_duration, format_time
 from .jsonfields import number, optional_str, require_str
+from .limit import HORIZON, Record
+from .outcome import Outcome
 from .scope import Scope, rule_from_json
 
 MAX_RAMP = 86400.0
@@ -38,8 +38,6 @@ class Ramp:
     duration: float
     peak: float
     """The cluster's start rate, tasks per second, at the end of the ramp."""
-    sharers: int = 1
-    """Live workers sharing the rate, counted when the ramp was recorded."""
     source: str = "manual"
     by: str | None = None
     id: str = field(default_factory=lambda: uuid.uuid4().hex[:12])
@@ -93,35 +91,26 @@ class Ramp:
             "start": self.start,
             "duration": self.duration,
             "peak": self.peak,
-            "sharers": self.sharers,
             "source": self.source,
             "by": self.by,
         }
 
     @classmethod
     def from_json(cls, data: Any) -> Ramp:
-        """Decode one ramp; raises ``ValueError``/``TypeError``/``KeyError`` if it is not one."""
-        duration, peak, sharers = number(data["duration"]), number(data["peak"]), data["sharers"]
+        """Decode one ramp; raises ``ValueError``/``TypeError``/``KeyError`` if it is not one
+        (a ``sharers`` field of an older release is left aside)."""
+        duration, peak = number(data["duration"]), number(data["peak"])
         if not 0 < duration <= MAX_RAMP or peak <= 0:
             raise ValueError(f"ramp of {duration!r} s to {peak!r}/s")
-        if type(sharers) is not int or sharers < 1:
-            raise ValueError(f"ramp shared by {sharers!r} workers")
         return cls(
             scope=_scope(data["scope"]),
             start=number(data["start"]),
             duration=duration,
             peak=peak,
-            sharers=sharers,
             source=require_str(data["source"]),
             by=optional_str(data.get("by")),
             id=require_str(data["id"]),
         )
-
-
-def count_sharers(scope: Scope, hosts: Iterable[str]) -> int:
-    """How many of the live workers ``hosts`` a ramp on ``scope`` applies to (at least one):
-    they share its rate."""
-    return max(1, sum(1 for host in hosts if scope.for_worker(host)))
 
 
 def _scope(rules: Any) -> Scope:
@@ -130,50 +119,36 @@ def _scope(rules: Any) -> Scope:
     return Scope(frozenset(rule_from_json(rule) for rule in rules))
 
 
-def phase_of(hostname: str) -> float:
-    """A worker's fixed phase in (0, 1]: where in each step of its share it starts a task.
-
-    Taken from a hash of its name, so that workers sharing a ramp do not all start at the
-    same moments (each share alone would start its k-th task when the curve reaches the
-    same point on every worker).
-    """
-    return (zlib.crc32(hostname.encode()) % 1000 + 1) / 1000
+BURST = 1.0
+"""Seconds of the current rate the cluster may save up: starts a ramp allowed while nothing
+waited are caught up on for at most that long, so a backlog that comes late does not burst."""
 
 
-class Share:
-    """One worker's share of a ramp's rate: a token bucket that refills along the curve.
+def book(record: Record | None, now: float, *, ramp: Ramp, want: int) -> Outcome[Record, Booked]:
+    """Book up to ``want`` start times of ``ramp`` at store time ``now``: the next ones along
+    its curve after those the cluster was granted, within :data:`HORIZON` of ``now``."""
+    granted = number(record["granted"]) if record and "granted" in record else 0.0
+    saved = max(1.0, ramp.rate(now) * BURST) if ramp.live(now) else math.inf
+    granted = max(granted, math.floor(ramp.allowance(now) - saved))
+    times: list[float] = []
+    while len(times) < want:
+        at = ramp.when_allowed(granted + len(times) + 1)
+        if at > now + HORIZON:
+            break
+        times.append(at)
+    following = {"granted": granted + len(times)}
+    retry_at = max(now, ramp.when_allowed(following["granted"] + 1) - HORIZON)
+    return Outcome(following if times else None, Booked(tuple(times), retry_at))
 
-    The worker's k-th start is due once its share of the curve reaches ``k - phase``.
-    Unused starts carry over for at most one second's worth of the current rate, so a
-    worker that had nothing to start does not burst later.
-    """
 
-    BURST = 1.0
-    """Seconds of the current rate a worker may save up."""
+@dataclass(frozen=True)
+class Booked:
+    """Start times booked along a ramp (store times), and when more are worth asking for."""
 
-    def __init__(self, ramp: Ramp, phase: float = 1.0) -> None:
-        self.ramp = ramp
-        self.share = 1.0 / ramp.sharers
-        self.phase = phase
-        self.used = 0.0
-        """Starts counted against the share (its own, plus allowance it let lapse)."""
+    starts: tuple[float, ...]
+    retry_at: float
 
-    def allowed(self, now: float) -> float:
-        """Starts this worker may have made by ``now``: its share of the curve, plus its phase."""
-        return self.ramp.allowance(now) * self.share + self.phase
 
-    def take(self, now: float) -> bool:
-        """Whether one task may start at store time ``now`` (counted if so)."""
-        if not self.ramp.live(now):
-            return True
-        allowed = self.allowed(now)
-        saved = max(1.0, self.ramp.rate(now) * self.share * self.BURST)
-        self.used = max(self.used, allowed - saved)
-        if self.used + 1 <= allowed:
-            self.used += 1
-            return True
-        return False
-
-    def next_start(self) -> float:
-        """The store time the next task may start."""
-        return self.ramp.when_allowed((self.used + 1 - self.phase) / self.share)
+def ramp_key(ramp_id: str) -> str:
+    """The store record of ramp ``ramp_id``: the starts the cluster was granted."""
+    return f"ramp:{ramp_id}"

@@ -151,7 +151,7 @@ class ApplyStep(bootsteps.StartStopStep):
     def shutdown(self, c: Consumer) -> None:
         self.stop(c)
         self.sync.stop()
-        self.limits.give_back_all([*self.gate.pacing.limits, *self.gate.pacing.take_retired()])
+        self.limits.give_back_all([*self.gate.pacing.permits, *self.gate.pacing.take_retired()])
         try:
             self.store.remove_worker(c.hostname)
         except Exception as exc:
@@ -215,15 +215,17 @@ class ApplyStep(bootsteps.StartStopStep):
             self.consumer.call_soon(self._return_expired)
 
     def pump(self) -> None:
-        """From the sync thread: start the tasks the ramps allow by now, on the loop, once."""
+        """From the sync thread: start the tasks the ramps and limits allow now, on the loop,
+        once."""
         if not self._pump_scheduled:
             self._pump_scheduled = True
             self.consumer.call_soon(self._pump)
 
     def pace(self) -> float | None:
-        """From the sync thread: earn the permits the limits' waiting requests need."""
+        """From the sync thread: earn the permits the ramps' and limits' waiting requests
+        need."""
         pacing = self.gate.pacing
-        return self.limits.pace(pacing.limits, pacing.take_retired())
+        return self.limits.pace(pacing.permits, pacing.take_retired())
 
     def _wake(self) -> None:
         self.sync.publish_now()

@@ -94,9 +94,7 @@ class Gate:
         self.start_check = start_check
         self.greenlets = greenlets
         self._started: weakref.WeakSet[Request] = weakref.WeakSet()
-        self.pacing = Pacing(
-            hostname=hostname, clock=clock, qos=qos, on_wait=on_wait, target=self.target
-        )
+        self.pacing = Pacing(clock=clock, qos=qos, on_wait=on_wait, target=self.target)
         """Requests let through by the pause that wait for their ramp or limit."""
         self.clock = clock
         self._on_lapse = on_lapse
@@ -257,7 +255,6 @@ class Gate:
             oldest=min(kept, default=None),
             held_by_task=dict(Counter(req.name for req, _ in held)),
             counters=replace(self.counters),
-            next_ramp_start=self.pacing.next_ramp_start(),
         )
 
     def take(self, request: Any) -> bool:

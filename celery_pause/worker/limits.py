@@ -1,13 +1,14 @@
-"""A worker's side of the limits: permits the gate spends, and the store work that earns them.
+"""A worker's side of the limits and ramps: permits the gate spends, and the store work that
+earns them.
 
 The gate (:mod:`.gate`) lets a request of a limited scope start only with a permit of every
-limit that covers it (:class:`Permits`): a start time of the limit's rate that has come,
-and a free slot of its concurrency. The store thread earns permits (:class:`LimitKeeper`):
-while requests wait it reserves runs of start times and takes slots in the store, gives
-back the slots of tasks that ended (or keeps them for the next waiting task, with no
-store round trip), and renews the slots it holds with its heartbeat. A request no limit
-covers never waits for any of this; a store that cannot be reached earns no permit, so a
-limit is never lifted by a failure (the scope waits until the store answers).
+limit and ramp that covers it (:class:`Permits`): a start time of the limit's rate (or along
+the ramp's curve) that has come, and a free slot of its concurrency. The store thread earns
+permits (:class:`LimitKeeper`): while requests wait it books runs of start times and takes
+slots in the store, gives back the slots of tasks that ended (or keeps them for the next
+waiting task, with no store round trip), and renews the slots it holds with its heartbeat. A
+request no limit covers never waits for any of this; a store that cannot be reached earns no
+permit, so a limit is never lifted by a failure (the scope waits until the store answers).
 """
 
 from __future__ import annotations
@@ -35,7 +36,8 @@ from ..model.limit import (
     slots_key,
     take_slots,
 )
-from ..model.scope import Target
+from ..model.ramp import Ramp, book, ramp_key
+from ..model.scope import Scope, Target
 from ..model.state import Hold
 from ..stores import Store
 
@@ -52,19 +54,25 @@ RETRY = 0.5
 
 
 class Permits:
-    """This worker's permits of one limit: start times reserved, slots taken.
+    """This worker's permits of one limit or ramp: start times booked, slots taken.
 
     The gate spends them on the consumer loop, the store thread adds them: both under
-    one lock.
+    one lock. A ramp paces starts along its curve, and from its end on lets every task start.
     """
 
-    def __init__(self, hold: Hold) -> None:
-        assert hold.limit is not None
-        self.hold = hold
-        self.limit: Limit = hold.limit
+    def __init__(
+        self, *, id: str, scope: Scope, limit: Limit | None = None, ramp: Ramp | None = None
+    ) -> None:
+        self.id = id
+        self.scope = scope
+        self.limit = limit
+        self.ramp = ramp
+        self.concurrency = None if limit is None else limit.concurrency
+        self.paced = ramp is not None or (limit is not None and limit.rate is not None)
+        """Whether a start needs a start time (a rate or a ramp)."""
         self._lock = threading.Lock()
         self._starts: deque[float] = deque()
-        """Start times of the rate reserved for this worker (store times), soonest first."""
+        """Start times booked for this worker (store times), soonest first."""
         self._free: list[str] = []
         """Slots of the concurrency taken and not in use."""
         self._busy: dict[str, Request] = {}
@@ -72,16 +80,20 @@ class Permits:
         self.waiting = 0
         """Requests waiting in the gate for this limit (kept by the gate)."""
         self.retry_at = float("-inf")
-        """Store time before which a reservation of the rate is not worth asking for."""
+        """Store time before which booking start times is not worth asking for."""
         self.renewed = time.monotonic()
         """``time.monotonic()`` at the start of the last renewal of its slots that worked."""
 
-    @property
-    def id(self) -> str:
-        return self.hold.id
+    @classmethod
+    def of_hold(cls, hold: Hold) -> Permits:
+        return cls(id=hold.id, scope=hold.scope, limit=hold.limit)
+
+    @classmethod
+    def of_ramp(cls, ramp: Ramp) -> Permits:
+        return cls(id=ramp.id, scope=ramp.scope, ramp=ramp)
 
     def covers(self, target: Target) -> bool:
-        return self.hold.scope.covers(target)
+        return self.scope.covers(target)
 
     # -- the gate, on the consumer loop --------------------------------------------------
     def ready(self, now: float) -> bool:
@@ -90,16 +102,18 @@ class Permits:
         with self._lock:
             while self._starts and self._starts[0] < now - HORIZON:
                 self._starts.popleft()
-            if self.limit.rate is not None and not (self._starts and self._starts[0] <= now):
+            if self.ramp is not None and not self.ramp.live(now):
+                return True
+            if self.paced and not (self._starts and self._starts[0] <= now):
                 return False
-            return self.limit.concurrency is None or bool(self._free)
+            return self.concurrency is None or bool(self._free)
 
     def spend(self, request: Request) -> None:
         """``request`` starts: spend a start time and bind a slot to it (after :meth:`ready`)."""
         with self._lock:
-            if self.limit.rate is not None:
+            if self.paced and self._starts:
                 self._starts.popleft()
-            if self.limit.concurrency is not None:
+            if self.concurrency is not None:
                 self._busy[self._free.pop()] = request
 
     def next_start(self) -> float | None:
@@ -126,21 +140,27 @@ class Permits:
 
     def slots_wanted(self) -> int:
         with self._lock:
-            if self.limit.concurrency is None:
+            if self.concurrency is None:
                 return 0
-            return max(0, min(self.waiting, self.limit.concurrency) - len(self._free))
+            return max(0, min(self.waiting, self.concurrency) - len(self._free))
 
     def add_slots(self, slots: Iterable[str]) -> None:
         with self._lock:
             self._free.extend(slots)
 
     def starts_wanted(self, now: float) -> int:
-        """How many start times to reserve now (0 if enough are, or it is not worth asking)."""
+        """How many start times to book now (0 if enough are, or it is not worth asking)."""
         with self._lock:
-            if self.limit.rate is None or now < self.retry_at:
+            if not self.paced or now < self.retry_at:
+                return 0
+            if self.ramp is not None and not self.ramp.live(now):
                 return 0
             short = self.waiting - len(self._starts)
-            return run_length(self.limit.rate, short) if short > 0 else 0
+            rate = self.limit.rate if self.limit and self.limit.rate else self._ramp_rate(now)
+            return run_length(rate, short) if short > 0 else 0
+
+    def _ramp_rate(self, now: float) -> float:
+        return 1.0 if self.ramp is None else max(1.0, self.ramp.rate(now))
 
     def add_starts(self, times: Iterable[float], retry_at: float) -> None:
         with self._lock:
@@ -173,9 +193,9 @@ class Permits:
             if self.waiting:
                 if self._starts:
                     times.append(self._starts[0])
-                elif self.limit.rate is not None:
+                elif self.paced:
                     times.append(max(self.retry_at, now))
-                if self.limit.concurrency is not None and not self._free:
+                if self.concurrency is not None and not self._free:
                     times.append(now + SLOT_CHECK)  # another worker may give one back
             return min(times, default=None)
 
@@ -247,27 +267,36 @@ class LimitKeeper:
         wanted = permits.slots_wanted()
         if wanted:
             ids = [f"{self.hostname}/{uuid.uuid4().hex[:10]}" for _ in range(wanted)]
+            limit = permits.concurrency or 0
             taken = self.store.update_record(
                 slots_key(permits.id),
-                lambda record, now: take_slots(
-                    record, now, limit=permits.limit.concurrency or 0, ids=ids, ttl=self.ttl
-                ),
+                lambda record, now: take_slots(record, now, limit=limit, ids=ids, ttl=self.ttl),
             ).result
             permits.add_slots(taken)
             earned = earned or bool(taken)
         want = permits.starts_wanted(self.clock())
         if want:
-            got = self.store.update_record(
-                rate_key(permits.id),
-                lambda record, now: reserve(
-                    record, now, interval=permits.limit.interval, want=want
-                ),
-            ).result
-            permits.add_starts(got.times(), got.retry_at)
-            earned = earned or bool(got.count)
+            starts, retry_at = self._book(permits, want)
+            permits.add_starts(starts, retry_at)
+            earned = earned or bool(starts)
         if time.monotonic() - permits.renewed >= self.ttl / 3:
             self._renew(permits)
         return earned
+
+    def _book(self, permits: Permits, want: int) -> tuple[tuple[float, ...], float]:
+        """Book ``want`` start times of the rate or ramp of ``permits`` in the store."""
+        ramp, limit = permits.ramp, permits.limit
+        if ramp is not None:
+            booked = self.store.update_record(
+                ramp_key(permits.id), lambda record, now: book(record, now, ramp=ramp, want=want)
+            ).result
+            return booked.starts, booked.retry_at
+        interval = limit.interval if limit is not None else 0.0
+        reserved = self.store.update_record(
+            rate_key(permits.id),
+            lambda record, now: reserve(record, now, interval=interval, want=want),
+        ).result
+        return tuple(reserved.times()), reserved.retry_at
 
     def _renew(self, permits: Permits) -> None:
         held = permits.held_slots()

@@ -1,10 +1,11 @@
 """Requests that start at a pace: those a ramped resume or a limit covers wait here.
 
 The gate (:mod:`.gate`) asks :meth:`Pacing.waits` for every request it lets through while a
-ramp or a limit is in force. A request none covers passes at once, whatever waits; one
-that is covered starts at once only if every ramp and limit covering it allows a start
-now and none of them has requests waiting already (so each keeps arrival order),
-otherwise it waits, in arrival order, until :meth:`Pacing.due` lets it start.
+ramp or a limit is in force: both are paced by permits the store thread earns
+(:mod:`.limits`). A request none covers passes at once, whatever waits; one that is covered
+starts at once only if every ramp and limit covering it allows a start now and none of them
+has requests waiting already (so each keeps arrival order), otherwise it waits, in arrival
+order, until :meth:`Pacing.due` lets it start.
 
 A request waiting for a limit that leaves other tasks of its queue unlimited widens the
 channel's prefetch window by one, as a held one does, so it never stops the rest of its
@@ -19,7 +20,7 @@ from typing import Any
 
 from celery.worker.request import Request
 
-from ..model.ramp import Ramp, Share, phase_of
+from ..model.ramp import Ramp
 from ..model.scope import Target
 from ..model.state import Hold
 from .limits import Permits
@@ -34,7 +35,6 @@ class Pacing:
     def __init__(
         self,
         *,
-        hostname: str,
         clock: Callable[[], float],
         qos: Callable[[], Any],
         on_wait: Callable[[], None],
@@ -43,42 +43,37 @@ class Pacing:
         """Nothing in force.
 
         Parameters:
-            hostname: The worker's name.
             target: Where a request stands in every dimension of a scope.
             clock: The store's clock, as this worker estimates it.
             qos: The consumer's current prefetch controller, or ``None``.
             on_wait: Wakes the store thread: called when a request starts waiting where
                 none waited before (for its limit, or at all), and when one takes a slot.
         """
-        self.hostname = hostname
         self.clock = clock
         self._qos = qos
         self._on_wait = on_wait
         self._target = target
-        self._phase = phase_of(hostname)
-        self.shares: tuple[Share, ...] = ()
-        """This worker's shares of the ramped resumes in force."""
-        self.limits: tuple[Permits, ...] = ()
-        """This worker's permits of the limits in force."""
+        self.permits: tuple[Permits, ...] = ()
+        """This worker's permits of the ramps and limits in force."""
         self.retired: list[Permits] = []
         """Permits of limits lifted, whose slots the store thread gives back."""
         self.waiting: list[Waiting] = []
         """Requests waiting for their pace, in arrival order."""
         self._widened: set[int] = set()
         """Waiting requests (by ``id``) that widened the prefetch window."""
-        self._ramp_waiting = 0
         self.active = False
         """Whether a ramp or a limit is in force (an attribute: the gate reads it per task)."""
 
     def pace(self, ramps: Iterable[Ramp], limits: Iterable[Hold]) -> None:
-        """Pace the starts of ``ramps`` and ``limits`` from now on; a ramp's share and a
-        limit's permits are kept across calls, so a re-read does not restart them."""
-        shares = {share.ramp.id: share for share in self.shares}
-        self.shares = tuple(shares.get(r.id) or Share(r, self._phase) for r in ramps)
-        kept = {permits.id: permits for permits in self.limits}
-        self.limits = tuple(kept.pop(h.id) if h.id in kept else Permits(h) for h in limits)
+        """Pace the starts of ``ramps`` and ``limits`` from now on; their permits are kept
+        across calls, so a re-read does not restart them."""
+        kept = {permits.id: permits for permits in self.permits}
+        self.permits = tuple(
+            [kept.pop(r.id) if r.id in kept else Permits.of_ramp(r) for r in ramps]
+            + [kept.pop(h.id) if h.id in kept else Permits.of_hold(h) for h in limits]
+        )
         self.retired.extend(kept.values())
-        self.active = bool(self.shares or self.limits)
+        self.active = bool(self.permits)
 
     def take_retired(self) -> list[Permits]:
         retired, self.retired = self.retired, []
@@ -86,14 +81,13 @@ class Pacing:
 
     def waits(self, request: Request, target: Target, since: float) -> bool:
         """Whether ``request`` must wait for its pace (it then waits here)."""
-        shares = [s for s in self.shares if s.ramp.scope.covers(target)]
-        permits = [p for p in self.limits if p.covers(target)]
-        if not (shares or permits):
+        permits = [p for p in self.permits if p.covers(target)]
+        if not permits:
             return False
-        if not self._ahead(shares, permits) and self._start(shares, permits, request):
+        if not any(p.waiting for p in permits) and self._start(permits, request):
             return False
         first = not self.waiting or any(not p.waiting for p in permits)
-        self._wait(request, since, shares, permits, target)
+        self._wait(request, since, permits, target)
         if first:  # the store thread earns permits and times starts: wake it
             self._on_wait()
         return True
@@ -101,9 +95,6 @@ class Pacing:
     def due(self, blocked: Callable[[Request], bool]) -> tuple[list[Request], list[Waiting]]:
         """The waiting requests that may start now, in arrival order, and those that
         ``blocked`` says a pause holds now (taken out of the wait; the rest waits on)."""
-        now = self.clock()
-        self.shares = tuple(share for share in self.shares if share.ramp.live(now))
-        self.active = bool(self.shares or self.limits)
         waiting = self.take_waiting()
         starting, blocking = [], []
         for request, since in waiting:
@@ -111,12 +102,11 @@ class Pacing:
                 blocking.append((request, since))
                 continue
             target = self._target(request)
-            shares = [s for s in self.shares if s.ramp.scope.covers(target)]
-            permits = [p for p in self.limits if p.covers(target)]
-            if not self._ahead(shares, permits) and self._start(shares, permits, request):
+            permits = [p for p in self.permits if p.covers(target)]
+            if not any(p.waiting for p in permits) and self._start(permits, request):
                 starting.append(request)
             else:
-                self._wait(request, since, shares, permits, target)
+                self._wait(request, since, permits, target)
         return starting, blocking
 
     def take_waiting(self) -> list[Waiting]:
@@ -126,57 +116,34 @@ class Pacing:
         if qos is not None and self._widened:
             qos.decrement_eventually(len(self._widened))
         self._widened.clear()
-        for permits in self.limits:
+        for permits in self.permits:
             permits.waiting = 0
-        self._ramp_waiting = 0
         return waiting
 
     def keep(self, waiting: Iterable[Waiting]) -> None:
         """Have ``waiting`` (taken out by :meth:`take_waiting`) wait again, in that order."""
         for request, since in waiting:
             target = self._target(request)
-            shares = [s for s in self.shares if s.ramp.scope.covers(target)]
-            permits = [p for p in self.limits if p.covers(target)]
-            self._wait(request, since, shares, permits, target)
+            self._wait(request, since, [p for p in self.permits if p.covers(target)], target)
 
-    def next_ramp_start(self) -> float | None:
-        """Store time the next request waiting for a ramp may start, if any waits."""
-        if not self._ramp_waiting:
-            return None
-        return min((share.next_start() for share in self.shares), default=self.clock())
-
-    def _ahead(self, shares: list[Share], permits: list[Permits]) -> bool:
-        """Whether requests wait already for one of these ramps or limits (they go first)."""
-        return any(p.waiting for p in permits) or bool(shares and self._ramp_waiting)
-
-    def _start(self, shares: list[Share], permits: list[Permits], request: Request) -> bool:
+    def _start(self, permits: list[Permits], request: Request) -> bool:
         """Whether every ramp and limit covering ``request`` lets it start now (spent if so)."""
         now = self.clock()
         if not all([p.ready(now) for p in permits]):
             return False
-        if not all([share.take(now) for share in shares]):
-            return False
         for p in permits:
             p.spend(request)
-        if any(p.limit.concurrency is not None for p in permits):
+        if any(p.concurrency is not None for p in permits):
             self._on_wait()  # the store thread watches for its end, to pass its slot on
         return True
 
-    def _wait(
-        self,
-        request: Request,
-        since: float,
-        shares: list[Share],
-        permits: list[Permits],
-        target: Target,
-    ) -> None:
+    def _wait(self, request: Request, since: float, permits: list[Permits], target: Target) -> None:
         self.waiting.append((request, since))
         for p in permits:
             p.waiting += 1
-        if shares:
-            self._ramp_waiting += 1
         whole = Target(queue=target.queue, worker=target.worker)
-        if permits and not any(p.hold.scope.covers(whole) for p in permits):
+        limits = [p for p in permits if p.limit is not None]  # a ramp waits within its window
+        if limits and not any(p.scope.covers(whole) for p in limits):
             qos = self._qos()
             if qos is not None:
                 qos.increment_eventually()

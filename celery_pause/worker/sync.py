@@ -39,8 +39,6 @@ logger = logging.getLogger(__name__)
 
 DRAIN_CHECK = 0.02
 """Seconds between local checks of running tasks while a pause drains."""
-RAMP_TICK = 0.005
-"""Fewest seconds between two hand-overs of ramped tasks to the consumer loop."""
 
 
 class Followed(Protocol):
@@ -64,12 +62,10 @@ class Followed(Protocol):
     def return_expired(self) -> None:
         """Have the requests held longer than ``pause_max_hold`` returned to the broker."""
 
-    def pump(self) -> None:
-        """Have the tasks the ramps allow by now started."""
-
     def pace(self) -> float | None:
-        """Earn the permits the limits' waiting requests need (store I/O); seconds until it
-        is worth calling again (``None``: when something changes)."""
+        """Earn the permits the ramps' and limits' waiting requests need (store I/O), and
+        have what they allow started; seconds until it is worth calling again (``None``:
+        when something changes)."""
 
 
 @dataclass(frozen=True)
@@ -159,7 +155,6 @@ class StoreSync(threading.Thread):
                 self._publish(self.worker.snapshot())
                 snapshot = self.worker.snapshot()
                 self._maybe_return_expired(snapshot)
-                self._maybe_pump(snapshot)
                 timeout = self._timeout(snapshot, next_read)
                 paced = self.worker.pace()
                 if paced is not None:
@@ -224,9 +219,6 @@ class StoreSync(threading.Thread):
         reported_running = self._published is not None and bool(self._published.running)
         if enforced is not None and (reported_running or snapshot.running(enforced.scope)):
             timeout = min(timeout, DRAIN_CHECK)
-        ramp_start = snapshot.gate.next_ramp_start
-        if ramp_start is not None:
-            timeout = min(timeout, max(ramp_start - snapshot.store_now, RAMP_TICK))
         oldest = snapshot.gate.oldest
         if oldest is not None:
             timeout = min(timeout, max(oldest + self.config.max_hold - now, DRAIN_CHECK))
@@ -259,11 +251,6 @@ class StoreSync(threading.Thread):
         oldest = snapshot.gate.oldest
         if oldest is not None and oldest + self.config.max_hold <= time.monotonic():
             self.worker.return_expired()
-
-    def _maybe_pump(self, snapshot: WorkerSnapshot) -> None:
-        ramp_start = snapshot.gate.next_ramp_start
-        if ramp_start is not None and ramp_start <= snapshot.store_now:
-            self.worker.pump()
 
     def _log_store_error(self, exc: StoreError) -> None:
         self._failing = True

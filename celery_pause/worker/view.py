@@ -42,14 +42,12 @@ class GateFigures:
     """What the gate holds to."""
     held: int
     waiting: int
-    """Requests waiting for their ramp."""
+    """Requests waiting for their ramp or limit."""
     oldest: float | None
     """``time.monotonic()`` since which the oldest request the gate keeps (held, or waiting
     for its ramp or limit) is kept: ``pause_max_hold`` returns it to the broker."""
     held_by_task: dict[str, int]
     counters: GateCounters
-    next_ramp_start: float | None
-    """Store time the next waiting request may start, if any waits."""
 
 
 @dataclass(frozen=True)

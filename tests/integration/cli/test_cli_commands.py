@@ -179,7 +179,7 @@ def test_a_ramped_resume_through_celery(redis_cluster: Cluster) -> None:
     assert f"  queue {queue}: 0% through a ramp of 10 minutes, at 0." in text
     (ramp,) = json.loads(celery(redis_cluster, "pause", "status", "--json").stdout)["ramps"]
     scope = [{"queues": [queue], "tasks": None, "workers": None}]
-    assert (ramp["scope"], ramp["duration"], ramp["sharers"]) == (scope, 600.0, 1)
+    assert (ramp["scope"], ramp["duration"], "sharers" in ramp) == (scope, 600.0, False)
     assert 0 <= ramp["progress"] < 0.05 and ramp["rate"] < 5
     worker.wait_applied(2)
 

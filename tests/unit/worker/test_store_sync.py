@@ -45,7 +45,6 @@ class EndingWorker:
                 oldest=None,
                 held_by_task={},
                 counters=GateCounters(),
-                next_ramp_start=None,
             ),
             in_flight=self.tasks,
             store_now=time.monotonic(),
@@ -58,9 +57,6 @@ class EndingWorker:
         pass
 
     def return_expired(self) -> None:
-        pass
-
-    def pump(self) -> None:
         pass
 
     def pace(self) -> float | None:
