@@ -177,7 +177,7 @@ def drain_rate(world: World, queue: str, tasks: int, task: str = RECORD_TASK) ->
     return round(len(starts) / (max(starts) - sent), 1)
 
 
-def beside_limit(world: World, queue: str, limited_queue: str, tasks: int, **scope: Any) -> float:
+def beside_limit(world: World, queue: str, limited_queue: str, drain: int, **scope: Any) -> float:
     """The drain rate of ``queue``'s unlimited tasks while a 2/s limit on ``scope`` holds a
     backlog of 200 tasks of the other type in ``limited_queue``."""
     hold = celery_pause.throttle(world.app, rate=2, wait=True, **scope).hold
@@ -187,7 +187,7 @@ def beside_limit(world: World, queue: str, limited_queue: str, tasks: int, **sco
                 OTHER_TASK, args=("limited", 0.0), queue=limited_queue, producer=producer
             )
     settle(1.0)  # the limited backlog reaches the workers' gates
-    rate = drain_rate(world, queue, tasks)
+    rate = drain_rate(world, queue, drain)
     celery_pause.resume(world.app, hold=hold.id)
     drained(world, limited_queue)
     return rate

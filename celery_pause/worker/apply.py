@@ -79,6 +79,8 @@ class ApplyStep(bootsteps.StartStopStep):
             clock=clock.now,
             on_wait=self._wake,  # wakes the store thread to time the next start
             on_lapse=self.fence,  # the lease ran out before the store thread saw it
+            backlog=max(4, c.initial_prefetch_count or 0),
+            on_backlog=lambda: self.consumer.call_soon(self._match_consumers),
         )
         c.on_task_request = self.gate
         if self.pool.start_check:
@@ -256,18 +258,7 @@ class ApplyStep(bootsteps.StartStopStep):
         scope = applied.scope
         previous = self.state.applied.scope if self.state.applied else NOTHING
         self.gate.hold_to(scope, self.state.ramps, applied.limits)
-        if c.task_consumer is not None:
-            # A queue listed but not consumed yet (in start(), before the loop's first
-            # consume): cancel it if paused, so that first consume fetches nothing to
-            # hold; otherwise leave it to that consume. Consuming from here would let
-            # deliveries reach the consumer before the loop has set its callback.
-            listed = {queue.name for queue in c.task_consumer.queues}
-            for name in self.state.consumed:
-                if scope.covers(Target(queue=name, worker=c.hostname)):
-                    if name in listed:
-                        c.cancel_task_queue(name)
-                elif name not in listed:
-                    c.add_task_queue(name)
+        self._match_consumers(scope)
         semaphore = getattr(c.controller, "semaphore", None)
         if semaphore is not None:
             take_waiters(self.gate, semaphore)
@@ -284,6 +275,26 @@ class ApplyStep(bootsteps.StartStopStep):
         if applied.limits != before:
             limits = "; ".join(hold.describe() for hold in applied.limits) or "none"
             logger.warning("celery-pause: generation %d: limits: %s", applied.generation, limits)
+
+    def _match_consumers(self, scope: Scope | None = None) -> None:
+        """On the consumer loop: consume every queue but those paused here (``scope``,
+        else what the gate holds) and those a limit keeps a backlog of in the gate."""
+        c = self.consumer
+        if c.task_consumer is None:
+            return
+        scope = self.gate.scope if scope is None else scope
+        backed_up = self.gate.pacing.backed_up
+        # A queue listed but not consumed yet (in start(), before the loop's first
+        # consume): cancel it if paused, so that first consume fetches nothing to
+        # hold; otherwise leave it to that consume. Consuming from here would let
+        # deliveries reach the consumer before the loop has set its callback.
+        listed = {queue.name for queue in c.task_consumer.queues}
+        for name in self.state.consumed:
+            if name in backed_up or scope.covers(Target(queue=name, worker=c.hostname)):
+                if name in listed:
+                    c.cancel_task_queue(name)
+            elif name not in listed:
+                c.add_task_queue(name)
 
     def _announce(self, applied: Applied, previous: Scope) -> None:
         generation, scope, holds = applied.generation, applied.scope, self.state.holds

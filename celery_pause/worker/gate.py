@@ -67,6 +67,8 @@ class Gate:
         clock: Callable[[], float] = time.time,
         on_wait: Callable[[], None] = lambda: None,
         on_lapse: Callable[[], None] = lambda: None,
+        backlog: int = 16,
+        on_backlog: Callable[[], None] = lambda: None,
     ) -> None:
         """Wrap ``handler``, the consumer's task handler.
 
@@ -81,6 +83,9 @@ class Gate:
             clock: The store's clock, as this worker estimates it.
             on_wait: Called when a request starts waiting for its ramp and none waited before.
             on_lapse: Called when a request finds the lease (:meth:`renew`) ran out.
+            backlog: Requests of a queue a limit covers whole that may wait before the
+                worker stops consuming it (:class:`~.pacing.Pacing`).
+            on_backlog: Called when the queues to stop consuming for that change.
         """
         self._handler = handler
         self._queue_of = queue_of
@@ -94,7 +99,14 @@ class Gate:
         self.start_check = start_check
         self.greenlets = greenlets
         self._started: weakref.WeakSet[Request] = weakref.WeakSet()
-        self.pacing = Pacing(clock=clock, qos=qos, on_wait=on_wait, target=self.target)
+        self.pacing = Pacing(
+            clock=clock,
+            qos=qos,
+            on_wait=on_wait,
+            target=self.target,
+            backlog=backlog,
+            on_backlog=on_backlog,
+        )
         """Requests let through by the pause that wait for their ramp or limit."""
         self.clock = clock
         self._on_lapse = on_lapse

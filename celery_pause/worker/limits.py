@@ -43,10 +43,11 @@ from ..stores import Store
 
 logger = logging.getLogger(__name__)
 
-ENDED_CHECK = 0.02
+ENDED_CHECK = 0.01
 """Seconds between two looks for ended tasks while this worker holds slots in use."""
-SLOT_CHECK = 0.05
-"""Seconds between two asks for a slot while tasks wait for one and this worker has none."""
+SLOT_CHECK = (0.05, 0.1)
+"""Seconds between two asks for a slot while tasks wait for one and this worker has none:
+from the first, doubled at each ask that got none, up to the second."""
 TICK = 0.005
 """Fewest seconds between two looks, while the consumer loop starts what is due."""
 RETRY = 0.5
@@ -83,6 +84,9 @@ class Permits:
         """Store time before which booking start times is not worth asking for."""
         self.renewed = time.monotonic()
         """``time.monotonic()`` at the start of the last renewal of its slots that worked."""
+        self._slot_misses = 0
+        self._next_slot_ask = 0.0
+        """``time.monotonic()`` before which asking for a slot again is not worth it."""
 
     @classmethod
     def of_hold(cls, hold: Hold) -> Permits:
@@ -140,13 +144,17 @@ class Permits:
 
     def slots_wanted(self) -> int:
         with self._lock:
-            if self.concurrency is None:
+            if self.concurrency is None or time.monotonic() < self._next_slot_ask:
                 return 0
             return max(0, min(self.waiting, self.concurrency) - len(self._free))
 
-    def add_slots(self, slots: Iterable[str]) -> None:
+    def add_slots(self, slots: list[str]) -> None:
+        """The slots an ask got; after one that got none, the next waits longer."""
         with self._lock:
             self._free.extend(slots)
+            self._slot_misses = 0 if slots else self._slot_misses + 1
+            first, most = SLOT_CHECK
+            self._next_slot_ask = time.monotonic() + min(first * 2**self._slot_misses, most)
 
     def starts_wanted(self, now: float) -> int:
         """How many start times to book now (0 if enough are, or it is not worth asking)."""
@@ -196,7 +204,8 @@ class Permits:
                 elif self.paced:
                     times.append(max(self.retry_at, now))
                 if self.concurrency is not None and not self._free:
-                    times.append(now + SLOT_CHECK)  # another worker may give one back
+                    # another worker may give one back
+                    times.append(now + max(0.0, self._next_slot_ask - time.monotonic()))
             return min(times, default=None)
 
 

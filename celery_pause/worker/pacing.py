@@ -7,14 +7,17 @@ starts at once only if every ramp and limit covering it allows a start now and n
 has requests waiting already (so each keeps arrival order), otherwise it waits, in arrival
 order, until :meth:`Pacing.due` lets it start.
 
-A request waiting for a limit that leaves other tasks of its queue unlimited widens the
-channel's prefetch window by one, as a held one does, so it never stops the rest of its
-queue; one waiting for a ramp, or for a limit of its whole queue, does not (the worker
-then fetches no more than its window while the pace holds it back).
+A request waiting for a limit widens the channel's prefetch window by one, as a held one
+does, so it never stops the rest of its queue or the worker's other queues. Where a limit
+covers a whole queue, the worker stops consuming that queue while ``backlog`` requests of it
+wait (:attr:`Pacing.backed_up`), and consumes it again once half of them started: the rest of
+its backlog stays in the broker. One waiting for a ramp does not widen the window (the worker
+fetches no more than its window while the ramp holds it back).
 """
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -39,11 +42,16 @@ class Pacing:
         qos: Callable[[], Any],
         on_wait: Callable[[], None],
         target: Callable[[Request], Target],
+        backlog: int = 16,
+        on_backlog: Callable[[], None] = lambda: None,
     ) -> None:
         """Nothing in force.
 
         Parameters:
             target: Where a request stands in every dimension of a scope.
+            backlog: Requests of a queue a limit covers whole that may wait before the
+                worker stops consuming it.
+            on_backlog: Called when :attr:`backed_up` changes (the consumers to match).
             clock: The store's clock, as this worker estimates it.
             qos: The consumer's current prefetch controller, or ``None``.
             on_wait: Wakes the store thread: called when a request starts waiting where
@@ -61,6 +69,13 @@ class Pacing:
         """Requests waiting for their pace, in arrival order."""
         self._widened: set[int] = set()
         """Waiting requests (by ``id``) that widened the prefetch window."""
+        self._backlog = backlog
+        self._on_backlog = on_backlog
+        self._whole: Counter[str] = Counter()
+        """Waiting requests per queue, of those a limit covers with their whole queue."""
+        self.backed_up: frozenset[str] = frozenset()
+        """Queues the worker stops consuming: a limit covering all of them keeps enough of
+        their requests waiting here."""
         self.active = False
         """Whether a ramp or a limit is in force (an attribute: the gate reads it per task)."""
 
@@ -74,6 +89,7 @@ class Pacing:
         )
         self.retired.extend(kept.values())
         self.active = bool(self.permits)
+        self._note_backlog()
 
     def take_retired(self) -> list[Permits]:
         retired, self.retired = self.retired, []
@@ -90,6 +106,7 @@ class Pacing:
         self._wait(request, since, permits, target)
         if first:  # the store thread earns permits and times starts: wake it
             self._on_wait()
+        self._note_backlog()
         return True
 
     def due(self, blocked: Callable[[Request], bool]) -> tuple[list[Request], list[Waiting]]:
@@ -107,6 +124,7 @@ class Pacing:
                 starting.append(request)
             else:
                 self._wait(request, since, permits, target)
+        self._note_backlog()
         return starting, blocking
 
     def take_waiting(self) -> list[Waiting]:
@@ -118,6 +136,7 @@ class Pacing:
         self._widened.clear()
         for permits in self.permits:
             permits.waiting = 0
+        self._whole.clear()
         return waiting
 
     def keep(self, waiting: Iterable[Waiting]) -> None:
@@ -125,6 +144,7 @@ class Pacing:
         for request, since in waiting:
             target = self._target(request)
             self._wait(request, since, [p for p in self.permits if p.covers(target)], target)
+        self._note_backlog()
 
     def _start(self, permits: list[Permits], request: Request) -> bool:
         """Whether every ramp and limit covering ``request`` lets it start now (spent if so)."""
@@ -141,10 +161,24 @@ class Pacing:
         self.waiting.append((request, since))
         for p in permits:
             p.waiting += 1
-        whole = Target(queue=target.queue, worker=target.worker)
         limits = [p for p in permits if p.limit is not None]  # a ramp waits within its window
-        if limits and not any(p.scope.covers(whole) for p in limits):
-            qos = self._qos()
-            if qos is not None:
-                qos.increment_eventually()
-                self._widened.add(id(request))
+        if not limits:
+            return
+        qos = self._qos()
+        if qos is not None:
+            qos.increment_eventually()
+            self._widened.add(id(request))
+        whole = Target(queue=target.queue, worker=target.worker)
+        if target.queue and any(p.scope.covers(whole) for p in limits):
+            self._whole[target.queue] += 1
+
+    def _note_backlog(self) -> None:
+        """Keep :attr:`backed_up`: a queue stops at ``backlog`` waiting, resumes at half."""
+        backed = frozenset(
+            queue
+            for queue, count in self._whole.items()
+            if count >= self._backlog or (queue in self.backed_up and 2 * count >= self._backlog)
+        )
+        if backed != self.backed_up:
+            self.backed_up = backed
+            self._on_backlog()
