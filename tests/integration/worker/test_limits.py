@@ -143,6 +143,9 @@ def test_a_concurrency_limit_is_never_exceeded_and_kept_used(
     stop_all(workers)
 
 
+@pytest.mark.parametrize(
+    "limit_cell", [CELLS[0], CELLS[1]], indirect=True
+)  # the two pools on the two brokers: the store plays no part here
 def test_tasks_no_limit_covers_keep_their_pace(limit_cell: tuple[Cluster, str]) -> None:
     # Given a limit of 2/s on one task type of the default queue
     cluster, pool = limit_cell
