@@ -23,18 +23,14 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import sys
 import time
 from typing import Any
 
-import celery
-import kombu
-import redis
-
 import celery_pause
-from bench.world import World, log, settle
+from bench.world import World, conditions, log, settle
 from support.harness import wait_for
+from support.observe import most_at_once
 from support.processes import raise_on_sigterm
 from support.proj import OTHER_TASK, RECORD_TASK
 
@@ -107,17 +103,7 @@ def run(*, seconds: float, drain: int) -> dict[str, Any]:
             "concurrency": concurrency_commands,
             "concurrency_starts": len(spans),
         },
-        "conditions": {
-            "cpus": os.cpu_count(),
-            "load_before": [round(x, 2) for x in load_before],
-            "load_after": [round(x, 2) for x in os.getloadavg()],
-            "elapsed_s": round(time.monotonic() - started, 1),
-            "python": platform.python_version(),
-            "celery": celery.__version__,
-            "kombu": kombu.__version__,
-            "redis_py": redis.__version__,
-            "date": time.strftime("%Y-%m-%d"),
-        },
+        "conditions": conditions(load_before, started),
     }
 
 
@@ -252,15 +238,6 @@ def per_second(starts: list[float]) -> list[int]:
     for t in starts:
         counts[int(t)] += 1
     return counts
-
-
-def most_at_once(spans: list[list[float]]) -> int:
-    edges = sorted([(s, 1) for s, _ in spans] + [(e, -1) for _, e in spans])
-    running = peak = 0
-    for _, step in edges:
-        running += step
-        peak = max(peak, running)
-    return peak
 
 
 def table(figures: dict[str, Any], raw: dict[str, Any]) -> str:

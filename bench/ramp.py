@@ -25,20 +25,15 @@ import itertools
 import json
 import math
 import os
-import platform
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
-import celery
-import kombu
-import redis
-
 import celery_pause
 from bench.stats import median
 from bench.targets import POLL_INTERVAL
-from bench.world import Start, World, log, settle
+from bench.world import Start, World, conditions, log, settle
 from celery_pause.model.ramp import Ramp
 from celery_pause.model.scope import EVERYTHING
 from celery_pause.stores import store_for
@@ -92,17 +87,7 @@ def run(
             "ramped": relative(ramped, ramp.start),
             "plain": relative(plain, plain_at),
         },
-        "conditions": {
-            "cpus": os.cpu_count(),
-            "load_before": [round(x, 2) for x in load_before],
-            "load_after": [round(x, 2) for x in os.getloadavg()],
-            "elapsed_s": round(time.monotonic() - started, 1),
-            "python": platform.python_version(),
-            "celery": celery.__version__,
-            "kombu": kombu.__version__,
-            "redis_py": redis.__version__,
-            "date": time.strftime("%Y-%m-%d"),
-        },
+        "conditions": conditions(load_before, started),
     }
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import platform
 import shutil
 import sys
 import tempfile
@@ -22,6 +23,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import celery
+import kombu
+import redis
 from celery import Celery
 
 from support.harness import ROOT, Worker, stop_all, wait_for
@@ -176,3 +180,19 @@ def settle(seconds: float) -> None:
 
 def log(message: str) -> None:
     print(f"[bench {time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
+
+
+def conditions(load_before: tuple[float, ...], started: float) -> dict[str, Any]:
+    """The machine, the versions and the load around a run that began at ``started``
+    (``time.monotonic()``) with the load average ``load_before``."""
+    return {
+        "cpus": os.cpu_count(),
+        "load_before": [round(x, 2) for x in load_before],
+        "load_after": [round(x, 2) for x in os.getloadavg()],
+        "elapsed_s": round(time.monotonic() - started, 1),
+        "python": platform.python_version(),
+        "celery": celery.__version__,
+        "kombu": kombu.__version__,
+        "redis_py": redis.__version__,
+        "date": time.strftime("%Y-%m-%d"),
+    }

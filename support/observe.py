@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from .harness import Cluster, Worker, started_between
@@ -39,3 +39,13 @@ def stays_quiet(
         started = started_between(read(), since, float("inf"))
         assert not started, f"tasks started while paused: {started}"
         time.sleep(0.05)
+
+
+def most_at_once(spans: Sequence[Sequence[float]]) -> int:
+    """The most of ``spans`` (each a start and an end) that overlap at one moment."""
+    edges = sorted([(span[0], 1) for span in spans] + [(span[1], -1) for span in spans])
+    running = peak = 0
+    for _, step in edges:
+        running += step
+        peak = max(peak, running)
+    return peak

@@ -158,17 +158,12 @@ class AdminAPI:
 
     def post_pause(self, request: Request) -> Response:
         body = _body(request, PAUSE_FIELDS)
-        resume_after = body.get("resume_after")
-        resume_at = body.get("resume_at")
-        start_at = body.get("start_at")
         result = pause(
             self.app,
             reason=_opt_text(body, "reason"),
             paused_by=_opt_text(body, "by") or _caller(request),
             **_scope_names(body),
-            resume_after=_duration(resume_after) if resume_after not in (None, "") else None,
-            resume_at=_moment(resume_at) if resume_at not in (None, "") else None,
-            start_at=_moment(start_at, "start_at") if start_at not in (None, "") else None,
+            **_times(body),
             beat=_opt_text(body, "beat"),
             force=_flag(body, "force"),
         )
@@ -186,9 +181,6 @@ class AdminAPI:
 
     def post_throttle(self, request: Request) -> Response:
         body = _body(request, THROTTLE_FIELDS)
-        resume_after = body.get("resume_after")
-        resume_at = body.get("resume_at")
-        start_at = body.get("start_at")
         result = throttle(
             self.app,
             rate=body.get("rate"),
@@ -196,9 +188,7 @@ class AdminAPI:
             reason=_opt_text(body, "reason"),
             paused_by=_opt_text(body, "by") or _caller(request),
             **_scope_names(body),
-            resume_after=_duration(resume_after) if resume_after not in (None, "") else None,
-            resume_at=_moment(resume_at) if resume_at not in (None, "") else None,
-            start_at=_moment(start_at, "start_at") if start_at not in (None, "") else None,
+            **_times(body),
         )
         logger.info("celery-pause admin: %s", result.hold.describe())
         return json_response(
@@ -311,6 +301,17 @@ def _flag(body: dict[str, Any], key: str) -> bool:
 def _scope_names(body: dict[str, Any]) -> dict[str, Any]:
     """The names given for each dimension of a scope (``queues``, ``tasks``, …)."""
     return {name: _names(body, name) for name in NAMES}
+
+
+def _times(body: dict[str, Any]) -> dict[str, Any]:
+    """``resume_after``, ``resume_at`` and ``start_at`` of a pause or throttle (empty: none)."""
+    given = {key: body.get(key) for key in ("resume_after", "resume_at", "start_at")}
+    after, at, start = (None if value in (None, "") else value for value in given.values())
+    return {
+        "resume_after": None if after is None else _duration(after),
+        "resume_at": None if at is None else _moment(at),
+        "start_at": None if start is None else _moment(start, "start_at"),
+    }
 
 
 def _names(body: dict[str, Any], key: str) -> list[str] | None:

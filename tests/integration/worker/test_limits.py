@@ -18,6 +18,7 @@ import celery_pause
 from celery_pause.model.limit import live_slots, slots_key
 from celery_pause.stores import store_for
 from support.harness import AMQP_BROKER, REDIS_BROKER, Cluster, Worker, stop_all, wait_for
+from support.observe import most_at_once
 from support.proj import OTHER_TASK
 from support.services import require
 from support.stores import POSTGRESQL_STORE
@@ -71,15 +72,6 @@ def per_second(starts: list[float], since: float, until: float) -> list[int]:
         if since <= t < since + seconds:
             counts[int(t - since)] += 1
     return counts
-
-
-def most_at_once(spans: list[tuple[float, float]]) -> int:
-    edges = sorted([(start, 1) for start, _ in spans] + [(end, -1) for _, end in spans])
-    running = peak = 0
-    for _, step in edges:
-        running += step
-        peak = max(peak, running)
-    return peak
 
 
 def test_a_rate_limit_holds_the_cluster_to_it(limit_cell: tuple[Cluster, str]) -> None:
