@@ -11,7 +11,13 @@ from celery.app import utils as celery_app_utils
 
 from .errors import ConfigurationError
 from .model.state import BEAT_POLICIES
-from .model.validation import check_count, check_options, check_port, check_positive
+from .model.validation import (
+    check_count,
+    check_labels,
+    check_options,
+    check_port,
+    check_positive,
+)
 from .model.windows import Window, parse_windows
 
 DEFAULTS: dict[str, Any] = {
@@ -35,6 +41,7 @@ DEFAULTS: dict[str, Any] = {
     "pause_windows": None,
     "pause_ramp_peak": 100.0,
     "pause_readyz_when_paused": "fail",
+    "pause_labels": None,
 }
 READYZ_WHEN_PAUSED = ("fail", "report")
 """``/readyz`` of a fully paused worker: 503 (``fail``), or 200 saying so (``report``)."""
@@ -74,6 +81,9 @@ class PauseConfig:
     ramp_peak: float = DEFAULTS["pause_ramp_peak"]
     """The cluster's start rate (tasks per second) at the end of a ramped resume."""
     readyz_when_paused: str = DEFAULTS["pause_readyz_when_paused"]
+    labels: dict[str, str] = field(default_factory=dict)
+    """Label name to the keyword argument of a task it is read from (a message header of the
+    label's name works too)."""
 
     @classmethod
     def from_app(cls, app: Celery) -> PauseConfig:
@@ -112,6 +122,9 @@ class PauseConfig:
             beat_default=beat_default,
             ramp_peak=read.positive("pause_ramp_peak"),
             readyz_when_paused=read.choice("pause_readyz_when_paused", READYZ_WHEN_PAUSED),
+            labels=check_labels(
+                read.name("pause_labels"), read.values["pause_labels"], error=ConfigurationError
+            ),
             windows=parse_windows(
                 read.values["pause_windows"], app, beat_default, read.name("pause_windows")
             ),

@@ -88,10 +88,11 @@ def make_app(
     record_key = f"celery-pause-test:{namespace}:records"
     finished_key = f"celery-pause-test:{namespace}:finished"
 
-    def record(self: Any, tag: str, duration: float = 0.0) -> str:
+    def record(self: Any, tag: str, duration: float = 0.0, **labels: Any) -> str:
         """Record this task's start (id, name, tag, queue, time, worker and its main
-        process), work for ``duration`` (``time.sleep``: it yields on gevent and eventlet,
-        which patch it), then record that it finished (under ``finished_key``)."""
+        process, and any keyword arguments: labels such as ``tenant_id``), work for
+        ``duration`` (``time.sleep``: it yields on gevent and eventlet, which patch it),
+        then record that it finished (under ``finished_key``)."""
         entry = {
             "id": self.request.id,
             "task": self.name,
@@ -100,6 +101,7 @@ def make_app(
             "started": time.time(),
             "worker": self.request.hostname,
             "worker_pid": worker_pid(),
+            "labels": labels,
         }
         records.rpush(record_key, json.dumps(entry))
         time.sleep(duration)

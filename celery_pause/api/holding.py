@@ -15,7 +15,7 @@ from ..model.placing import Placing, place
 from ..model.report import WorkerReport
 from ..model.scope import Rule, Target
 from ..model.validation import check_timeout
-from ..settings import config_for
+from ..settings import config_for, setting_name
 from ..stores import store_for
 from .results import PauseResult
 from .waiting import wait_for_start, wait_until_quiet
@@ -79,7 +79,8 @@ def confirmed(
 
 
 def unmatched(app: Celery, rule: Rule, live: Sequence[WorkerReport]) -> tuple[str, ...]:
-    """Warnings for task names and worker names of ``rule`` that match nothing known now.
+    """Warnings for task names, worker names and labels of ``rule`` that match nothing known
+    now (a label not in ``pause_labels`` is read from a message header only).
 
     The app's task modules are imported first, as a worker imports them at start
     (``imports``, ``include`` and ``autodiscover_tasks()``, Django's included): a process
@@ -99,6 +100,13 @@ def unmatched(app: Celery, rule: Rule, live: Sequence[WorkerReport]) -> tuple[st
             warnings.append(
                 f"worker {name!r} matches no live worker; "
                 "the hold is recorded and applies when such a worker starts"
+            )
+    configured = config_for(app).labels
+    for label in sorted({name.partition("=")[0] for name in rule.labels or ()}):
+        if label not in configured:
+            warnings.append(
+                f"label {label!r} is not in {setting_name(app, 'pause_labels')}; the hold "
+                f"covers only tasks sent with a message header {label!r}"
             )
     return tuple(warnings)
 

@@ -30,6 +30,7 @@ def pause(
     queues: Iterable[str] | str | None = None,
     tasks: Iterable[str] | str | None = None,
     workers: Iterable[str] | str | None = None,
+    labels: Iterable[str] | str | None = None,
     resume_after: timedelta | float | None = None,
     resume_at: datetime | float | None = None,
     start_at: datetime | float | None = None,
@@ -56,9 +57,12 @@ def pause(
             (``proj.billing.*``) allowed. A paused task type is held by each worker's gate
             while the rest of its queue flows.
         workers: The workers to pause (every one by default); patterns (``w1@*``) allowed.
-            The scope is the intersection of ``queues``, ``tasks`` and ``workers``; a name
-            that matches no registered task or no live worker is recorded all the same, with
-            a warning in :attr:`PauseResult.warnings`.
+        labels: Labels ``NAME=VALUE`` of the tasks to pause (every task by default), the
+            value exact or a pattern (``tenant=trial-*``); a task carries the labels of
+            ``pause_labels`` (a keyword argument or a message header). The scope is the
+            intersection of ``queues``, ``tasks``, ``workers`` and ``labels``; a name that
+            matches no registered task, no live worker or no configured label is recorded
+            all the same, with a warning in :attr:`PauseResult.warnings`.
         resume_after: Resume by itself that long after the start (a ``timedelta`` or
             seconds).
         resume_at: Resume by itself at that time (a ``datetime``, naive meaning local time,
@@ -94,7 +98,7 @@ def pause(
         StoreError: The store cannot be reached.
     """
     placing = Placing(
-        scope=check_scope({"queues": queues, "tasks": tasks, "workers": workers}),
+        scope=check_scope({"queues": queues, "tasks": tasks, "workers": workers, "labels": labels}),
         reason=check_reason(reason),
         resume_at=check_resume(resume_after, resume_at),
         start_at=check_start(start_at),

@@ -26,6 +26,7 @@ def resume(
     queues: Iterable[str] | str | None = None,
     tasks: Iterable[str] | str | None = None,
     workers: Iterable[str] | str | None = None,
+    labels: Iterable[str] | str | None = None,
     hold: str | None = None,
     force: bool = False,
     resumed_by: str | None = None,
@@ -48,6 +49,7 @@ def resume(
         queues: The queues to resume (every one by default).
         tasks: The task names to resume (every one by default); patterns allowed.
         workers: The workers to resume (every one by default); patterns allowed.
+        labels: The labels ``NAME=VALUE`` to resume (every task by default).
         hold: Lift exactly this hold (``pause status`` shows the ids) instead of a scope:
             a manual hold, active or scheduled (a breaker's with ``force``), or a
             maintenance window's current occurrence (ended early) or next one (skipped):
@@ -73,7 +75,7 @@ def resume(
             ramp finds nothing paused in the scope.
         StoreError: The store cannot be reached.
     """
-    scope = check_scope({"queues": queues, "tasks": tasks, "workers": workers})
+    scope = check_scope({"queues": queues, "tasks": tasks, "workers": workers, "labels": labels})
     seconds = check_ramp(ramp)
     if hold is not None and (not isinstance(hold, str) or not scope.everything):
         raise InvalidInput("give a hold id, or a scope (queues, tasks, workers), not both")

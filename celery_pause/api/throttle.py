@@ -31,6 +31,7 @@ def throttle(
     queues: Iterable[str] | str | None = None,
     tasks: Iterable[str] | str | None = None,
     workers: Iterable[str] | str | None = None,
+    labels: Iterable[str] | str | None = None,
     resume_after: timedelta | float | None = None,
     resume_at: datetime | float | None = None,
     start_at: datetime | float | None = None,
@@ -58,6 +59,7 @@ def throttle(
         tasks: The task names or patterns to limit (every one by default).
         workers: The workers the limit applies on (every one by default); the limit is
             shared by all of them, not given to each.
+        labels: Labels ``NAME=VALUE`` of the tasks to limit (as :func:`~celery_pause.pause`).
         resume_after: Lift the limit by itself that long after its start.
         resume_at: Lift it by itself at that time.
         start_at: Schedule the limit (as :func:`~celery_pause.pause`).
@@ -79,7 +81,7 @@ def throttle(
         StoreError: The store cannot be reached.
     """
     placing = Placing(
-        scope=check_scope({"queues": queues, "tasks": tasks, "workers": workers}),
+        scope=check_scope({"queues": queues, "tasks": tasks, "workers": workers, "labels": labels}),
         reason=check_reason(reason),
         resume_at=check_resume(resume_after, resume_at),
         start_at=check_start(start_at),

@@ -114,7 +114,7 @@ def pause_lines(result: PauseResult) -> list[str]:
         lines = [scheduled_lines(hold)]
     elif hold.scope.everything:
         head = "Paused all queues: running tasks will finish, no new task will start."
-    elif hold.scope.rule.tasks is None and hold.scope.rule.workers is None:
+    elif (rule := hold.scope.rule).tasks is None and rule.workers is None and rule.labels is None:
         them = "it" if len(hold.scope.queues) == 1 else "them"
         head = (
             f"Paused {hold.scope.describe()}: running tasks from {them} will finish, "

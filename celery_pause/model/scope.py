@@ -1,10 +1,12 @@
 """What a pause covers: the dimensions of a scope, a task's place in them, rules and scopes.
 
 Every dimension is one row of :data:`DIMENSIONS`: queue names (exact), task names and worker
-hostnames (exact or shell-style patterns: ``proj.billing.*``, ``w1@*``). A task's
-:class:`Target` is its coordinate in each. A hold's scope is one :class:`Rule`: the
-intersection of its dimensions, each "every" when not given. What a cluster or a worker pauses
-is a :class:`Scope`: the union of the rules of its live holds.
+hostnames (exact or shell-style patterns: ``proj.billing.*``, ``w1@*``), and labels read from
+each task (``tenant=acme``, ``tenant=trial-*``: see ``pause_labels``). A task's
+:class:`Target` is its coordinate in each (its labels: every ``name=value`` it carries). A
+hold's scope is one :class:`Rule`: the intersection of its dimensions, each "every" when not
+given. What a cluster or a worker pauses is a :class:`Scope`: the union of the rules of its
+live holds.
 """
 
 from __future__ import annotations
@@ -38,6 +40,15 @@ class Dimension:
     """The CLI's option names for it."""
     help: str
     """The CLI's help for it."""
+    multi: bool = False
+    """Whether a task has several values in it (labels): a rule covers it if one matches."""
+    form: re.Pattern[str] | None = None
+    """What each of its names must look like, if not any printable text."""
+    shown: str = ""
+    """How its form reads in an error message."""
+    always: bool = True
+    """Whether a rule's JSON names it when it is every value (``null``); a dimension added
+    later is left out then, so documents read as before."""
 
 
 DIMENSIONS: tuple[Dimension, ...] = (
@@ -52,6 +63,13 @@ DIMENSIONS: tuple[Dimension, ...] = (
     Dimension(
         "workers", "worker", patterns=True, flags=("-d", "--destination"),
         help="Comma-separated worker hostnames or patterns, e.g. w1@* (default: every worker).",
+    ),
+    Dimension(
+        "labels", "label", patterns=True, flags=("--label",),
+        help="Comma-separated labels NAME=VALUE, the value exact or a pattern, e.g. "
+        "tenant=acme (labels: pause_labels; default: every task, labelled or not).",
+        multi=True, form=re.compile(r"[A-Za-z_][A-Za-z0-9_.-]{0,63}=\S.*\Z"), shown="NAME=VALUE",
+        always=False,
     ),
 )  # fmt: skip
 """Every dimension of a scope, in the order they are shown."""
@@ -69,10 +87,12 @@ class Target(NamedTuple):
     queue: str | None = None
     task: str | None = None
     worker: str | None = None
+    label: tuple[str, ...] | None = None
+    """Every ``name=value`` the task carries (``None``: not read, as for every value)."""
 
-    def at(self, dimension: Dimension) -> str | None:
+    def at(self, dimension: Dimension) -> str | tuple[str, ...] | None:
         """The coordinate in ``dimension``."""
-        value: str | None = getattr(self, dimension.singular)
+        value: str | tuple[str, ...] | None = getattr(self, dimension.singular)
         return value
 
 
@@ -83,17 +103,21 @@ class Rule:
     queues: Names = None
     tasks: Names = None
     workers: Names = None
+    labels: Names = None
 
     def covers(self, target: Target) -> bool:
         """Whether the rule covers ``target``; a coordinate left out means *every* value,
         which only a rule without that dimension covers."""
         # On the gate's path for every request while something is paused: one pass over the
         # dimensions this rule names, prepared once per rule.
-        for coordinate, names, patterns in self._checks:
+        for coordinate, names, patterns, multi in self._checks:
             value = getattr(target, coordinate)
             if value is None:
                 return False
-            if value not in names and (patterns is None or patterns.match(value) is None):
+            if multi:
+                if not any(_hit(one, names, patterns) for one in value):
+                    return False
+            elif value not in names and (patterns is None or patterns.match(value) is None):
                 return False
         return True
 
@@ -106,16 +130,15 @@ class Rule:
         names: Names = getattr(self, dimension.name)
         return names
 
-    def _matches(self, dimension: Dimension, value: str | None) -> bool:
+    def _matches(self, dimension: Dimension, value: str | tuple[str, ...] | None) -> bool:
         names = self.names(dimension)
         if names is None:
             return True
         if value is None:
             return False
-        if value in names:
-            return True
         patterns = self._patterns.get(dimension.name)
-        return patterns is not None and patterns.match(value) is not None
+        values = value if isinstance(value, tuple) else (value,)
+        return any(_hit(one, names, patterns) for one in values)
 
     def contains(self, other: Rule) -> bool:
         """Whether every dimension of this rule lists all that ``other``'s lists."""
@@ -133,7 +156,11 @@ class Rule:
         return Rule(*(_common(self.names(d), other.names(d)) for d in DIMENSIONS))
 
     def to_json(self) -> dict[str, list[str] | None]:
-        return {d.name: _sorted(self.names(d)) for d in DIMENSIONS}
+        return {
+            d.name: _sorted(self.names(d))
+            for d in DIMENSIONS
+            if d.always or self.names(d) is not None
+        }
 
     def describe(self) -> str:
         """``all queues``, ``queue a``, ``tasks x, y in queues a, b on worker w1@h``."""
@@ -146,13 +173,16 @@ class Rule:
             parts.append("all queues")
         if self.workers is not None:
             parts.append("on " + _listed("worker", self.workers))
+        if self.labels is not None:
+            parts.append("with " + _listed("label", self.labels))
         return " ".join(parts)
 
     @cached_property
-    def _checks(self) -> tuple[tuple[str, frozenset[str], re.Pattern[str] | None], ...]:
-        """Per dimension the rule names: the target's coordinate, the names, the patterns."""
+    def _checks(self) -> tuple[tuple[str, frozenset[str], re.Pattern[str] | None, bool], ...]:
+        """Per dimension the rule names: the target's coordinate, the names, the patterns,
+        whether a target has several values in it."""
         return tuple(
-            (d.singular, names, self._patterns.get(d.name))
+            (d.singular, names, self._patterns.get(d.name), d.multi)
             for d in DIMENSIONS
             if (names := self.names(d)) is not None
         )
@@ -184,10 +214,13 @@ class Scope:
         *,
         tasks: Iterable[str] | None = None,
         workers: Iterable[str] | None = None,
+        labels: Iterable[str] | None = None,
     ) -> Scope:
         """The scope of one rule; a dimension left ``None`` is every name, an empty one
         covers nothing (the empty scope)."""
-        return cls.of_names({"queues": queues, "tasks": tasks, "workers": workers})
+        return cls.of_names(
+            {"queues": queues, "tasks": tasks, "workers": workers, "labels": labels}
+        )
 
     @classmethod
     def of_names(cls, names: dict[str, Iterable[str] | None]) -> Scope:
@@ -297,6 +330,17 @@ def rule_from_json(data: Any) -> Rule:
             raise ValueError(f"{dimension.name} is {names!r}")
         values.append(_names(names))
     return Rule(*values)
+
+
+def label_names(scope: Scope) -> frozenset[str]:
+    """The label names (``tenant`` of ``tenant=acme``) some rule of ``scope`` lists."""
+    return frozenset(
+        label.partition("=")[0] for rule in scope.rules for label in (rule.labels or ())
+    )
+
+
+def _hit(value: str, names: frozenset[str], patterns: re.Pattern[str] | None) -> bool:
+    return value in names or (patterns is not None and patterns.match(value) is not None)
 
 
 def _names(names: Iterable[str] | None) -> Names:

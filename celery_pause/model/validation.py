@@ -16,7 +16,7 @@ from typing import Any
 from ..errors import InvalidInput
 from .limit import MAX_CONCURRENCY, MAX_RATE, Limit, format_rate
 from .ramp import MAX_RAMP
-from .scope import DIMENSIONS, Scope
+from .scope import DIMENSIONS, Dimension, Scope
 from .state import BEAT_POLICIES
 
 UNITS = {"d": 86400, "h": 3600, "m": 60, "s": 1}
@@ -110,7 +110,20 @@ def check_scope(given: Mapping[str, Any]) -> Scope:
     """The scope of one rule from the names ``given`` per dimension (``queues``, ``tasks``,
     …: a name, a list of names, or ``None`` for every one), each checked by
     :func:`check_names`."""
-    return Scope.of_names({d.name: check_names(given.get(d.name), d.singular) for d in DIMENSIONS})
+    return Scope.of_names({d.name: check_dimension(d, given.get(d.name)) for d in DIMENSIONS})
+
+
+def check_dimension(dimension: Dimension, names: Iterable[str] | str | None) -> list[str] | None:
+    """The names given in ``dimension`` (:func:`check_names`), each of its form if it has
+    one (a label is ``NAME=VALUE``)."""
+    checked = check_names(names, dimension.singular)
+    form = dimension.form
+    for name in checked or ():
+        if form is not None and not form.match(name):
+            raise InvalidInput(
+                f"{dimension.singular} must be {dimension.shown}, got {ascii(name)[:80]}"
+            )
+    return checked
 
 
 def check_reason(reason: str | None) -> str | None:
@@ -291,6 +304,27 @@ def check_port(name: str, value: Any, *, error: type[Exception] = InvalidInput) 
     if not 0 <= port <= 65535:
         raise error(f"{name} must be within 0-65535, got {port}")
     return port
+
+
+LABEL_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]{0,63}\Z")
+KWARG = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,99}\Z")
+
+
+def check_labels(name: str, value: Any, *, error: type[Exception] = InvalidInput) -> dict[str, str]:
+    """``pause_labels``: label names to the keyword argument each is read from (``None``:
+    none; a list of names: each read from the keyword argument of its own name)."""
+    if value is None:
+        return {}
+    if isinstance(value, (list, tuple)):
+        value = {label: label for label in value}
+    if not isinstance(value, dict):
+        raise error(f"{name} must map label names to keyword arguments, got {value!r:.60}")
+    for label, kwarg in value.items():
+        if not isinstance(label, str) or not LABEL_NAME.match(label):
+            raise error(f"{name}: not a label name: {label!r:.60} (letters, digits, _ . -)")
+        if not isinstance(kwarg, str) or not KWARG.match(kwarg):
+            raise error(f"{name}: label {label!r} names no keyword argument: {kwarg!r:.60}")
+    return dict(value)
 
 
 def check_options(

@@ -81,6 +81,7 @@ class ApplyStep(bootsteps.StartStopStep):
             on_lapse=self.fence,  # the lease ran out before the store thread saw it
             backlog=max(4, c.initial_prefetch_count or 0),
             on_backlog=lambda: self.consumer.call_soon(self._match_consumers),
+            labels=self.config.labels,
         )
         c.on_task_request = self.gate
         if self.pool.start_check:

@@ -30,7 +30,7 @@ import time
 import weakref
 from bisect import insort
 from collections import Counter
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import replace
 from typing import Any
 
@@ -38,9 +38,10 @@ from celery.worker import state as worker_state
 from celery.worker.request import Request
 
 from ..model.ramp import Ramp
-from ..model.scope import EVERYTHING, NOTHING, Scope, Target
+from ..model.scope import EVERYTHING, NOTHING, Scope, Target, label_names
 from ..model.state import Hold
 from .broker import follow_master
+from .labels import LabelReader
 from .pacing import Pacing
 from .view import GateCounters, GateFigures, InFlight
 
@@ -69,6 +70,7 @@ class Gate:
         on_lapse: Callable[[], None] = lambda: None,
         backlog: int = 16,
         on_backlog: Callable[[], None] = lambda: None,
+        labels: Mapping[str, str] | None = None,
     ) -> None:
         """Wrap ``handler``, the consumer's task handler.
 
@@ -86,10 +88,15 @@ class Gate:
             backlog: Requests of a queue a limit covers whole that may wait before the
                 worker stops consuming it (:class:`~.pacing.Pacing`).
             on_backlog: Called when the queues to stop consuming for that change.
+            labels: ``pause_labels``: each label name and the keyword argument it is read
+                from (a message header of the label's name wins).
         """
         self._handler = handler
         self._queue_of = queue_of
         self.hostname = hostname
+        self._labels = LabelReader(labels or {})
+        self._read_labels: tuple[str, ...] = ()
+        """The label names some rule of the scope, a ramp or a limit lists: read per request."""
         self._qos = qos
         self._lock = threading.Lock()
         self._scope: Scope = NOTHING
@@ -122,14 +129,18 @@ class Gate:
     ) -> None:
         """Hold exactly ``scope`` from now on, and pace the starts of ``ramps`` and
         ``limits`` (on the consumer loop; on green pools also the store greenlet)."""
+        ramps, limits = tuple(ramps), tuple(limits)
+        paced = [ramp.scope for ramp in ramps] + [hold.scope for hold in limits]
         with self._lock:
             self._scope = scope
+            self._read_labels = tuple(sorted(set().union(*map(label_names, [scope, *paced]))))
         self.pacing.pace(ramps, limits)
 
     def close(self, scope: Scope) -> None:
         """Also hold ``scope`` from now on (from any thread: only the loop opens the gate)."""
         with self._lock:
             self._scope = self._scope | scope
+            self._read_labels = tuple(sorted(set(self._read_labels) | label_names(scope)))
 
     def renew(self, until: float) -> None:
         """What the worker read holds until ``time.monotonic()`` reaches ``until``, then all."""
@@ -226,7 +237,8 @@ class Gate:
     def target(self, request: Request) -> Target:
         """Where ``request`` stands in every dimension of a scope."""
         # Built as a plain tuple: a third of Target(...)'s cost, paid per request when paused.
-        return _new_target(Target, (self._queue_of(request), request.name, self.hostname))
+        labels = self._labels.read(request, self._read_labels) if self._read_labels else None
+        return _new_target(Target, (self._queue_of(request), request.name, self.hostname, labels))
 
     def blocks(self, request: Request) -> bool:
         scope = self._scope

@@ -33,7 +33,7 @@ Waiting = tuple[Request, float]
 
 
 class Pacing:
-    """The ramps' shares and limits' permits of one worker, and the requests they keep."""
+    """The permits of the ramps and limits in force on one worker, and the requests they keep."""
 
     def __init__(
         self,
@@ -48,14 +48,14 @@ class Pacing:
         """Nothing in force.
 
         Parameters:
-            target: Where a request stands in every dimension of a scope.
-            backlog: Requests of a queue a limit covers whole that may wait before the
-                worker stops consuming it.
-            on_backlog: Called when :attr:`backed_up` changes (the consumers to match).
             clock: The store's clock, as this worker estimates it.
             qos: The consumer's current prefetch controller, or ``None``.
             on_wait: Wakes the store thread: called when a request starts waiting where
                 none waited before (for its limit, or at all), and when one takes a slot.
+            target: Where a request stands in every dimension of a scope.
+            backlog: Requests of a queue a limit covers whole that may wait before the
+                worker stops consuming it.
+            on_backlog: Called when :attr:`backed_up` changes (the consumers to match).
         """
         self.clock = clock
         self._qos = qos

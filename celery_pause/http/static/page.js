@@ -27,11 +27,12 @@ function scope(queues) {
 }
 
 function holdScope(h) {
-  // Every dimension of a hold, history entry or pause result: tasks, queues, workers.
+  // Every dimension of a hold, history entry or pause result: tasks, queues, workers, labels.
   const parts = [];
   if (h.tasks) parts.push("tasks " + h.tasks.join(", "));
   if (h.queues || !h.tasks) parts.push((h.tasks ? "in " : "") + scope(h.queues));
   if (h.workers) parts.push("on " + h.workers.join(", "));
+  if (h.labels) parts.push("with " + h.labels.join(", "));
   return parts.join(" ");
 }
 

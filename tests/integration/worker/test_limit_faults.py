@@ -92,3 +92,64 @@ def held_or_waiting(worker: Worker) -> int:
     )
     state = replies[0][worker.hostname] if replies else {}
     return sum(state.get("held", {}).values()) + int(state.get("waiting", 0))
+
+
+def test_a_rate_holds_while_workers_join_and_leave(redis_url: str, tmp_path: Path) -> None:
+    cluster = Cluster(broker=REDIS_BROKER, tmp=tmp_path)
+    try:
+        # Given two workers under a limit of 20/s, and a backlog that outlasts the test
+        first = [cluster.worker(f"w{i}", concurrency=2) for i in (1, 2)]
+        result = celery_pause.throttle(cluster.app, rate="20/s")
+        for worker in first:
+            worker.wait_applied(result.generation)
+        sent_at = time.time()
+        for i in range(500):
+            cluster.send(f"t{i}")
+
+        # When two more join 4 s in (starting under the limit), and one leaves at 10 s
+        wait_for(lambda: time.time() >= sent_at + 4, timeout=10, what="4 s")
+        joined = [cluster.worker(f"w{i}", concurrency=2) for i in (3, 4)]
+        wait_for(lambda: time.time() >= sent_at + 10, timeout=20, what="10 s")
+        first[0].stop()
+        wait_for(lambda: time.time() >= sent_at + 16, timeout=20, what="16 s")
+
+        # Then from 2 s in every 4 s window ran 20/s within 10 %, whoever held the backlog
+        starts = sorted(r["started"] for r in cluster.records())
+        windows = [
+            sum(1 for t in starts if sent_at + a <= t < sent_at + a + 4) for a in range(2, 13)
+        ]
+        assert all(72 <= w <= 88 for w in windows), f"starts per 4 s window: {windows}"
+        # ... and the workers that joined ran their part under the limit from their first task
+        hosts = {r["worker"] for r in cluster.records()}
+        assert {w.hostname for w in joined} <= hosts, "the new workers ran nothing"
+    finally:
+        cluster.close()
+
+
+def test_every_limited_task_runs_once_across_lift_restart_and_max_hold(
+    redis_url: str, tmp_path: Path
+) -> None:
+    cluster = Cluster(broker=AMQP_BROKER, tmp=tmp_path, pause_max_hold=2.0)
+    try:
+        # Given two workers under a limit of 1 at once, with tasks waiting past pause_max_hold
+        workers = [cluster.worker(f"w{i}", concurrency=2) for i in (1, 2)]
+        result = celery_pause.throttle(cluster.app, concurrency=1)
+        for worker in workers:
+            worker.wait_applied(result.generation)
+        sent = [cluster.send(f"t{i}", 0.2) for i in range(40)]
+        wait_for(lambda: len(cluster.records()) >= 12, timeout=30, what="12 limited starts")
+
+        # When a worker restarts, and the limit is then lifted
+        workers[1].stop()
+        workers[1].start()
+        wait_for(lambda: len(cluster.records()) >= 20, timeout=30, what="20 limited starts")
+        celery_pause.resume(cluster.app)
+
+        # Then every task ran exactly once
+        records = cluster.wait_records(40, timeout=60)
+        assert sorted(r["id"] for r in records) == sorted(sent), "lost or duplicated tasks"
+        # ... waiting tasks went back to the broker and came again (pause_max_hold)
+        returned = sum(w.log_count("held over 2s to the broker") for w in workers)
+        assert returned >= 1, "no waiting task was returned after pause_max_hold"
+    finally:
+        cluster.close()
