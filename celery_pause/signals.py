@@ -24,3 +24,9 @@ worker_resumed = Signal(
     providing_args={"generation", "scope", "previous", "holds"},
 )
 """Every queue of the worker flows again (``scope`` is empty)."""
+
+worker_limited = Signal(
+    name="celery_pause.worker_limited",
+    providing_args={"generation", "limits", "previous"},
+)
+"""The limits the worker applies changed: ``limits`` (holds) now, ``previous`` before."""

@@ -19,6 +19,7 @@ import threading
 from typing import Any
 
 from celery import bootsteps
+from celery.utils.dispatch import Signal
 from celery.worker.consumer import Consumer
 from celery.worker.consumer.tasks import Tasks
 
@@ -276,6 +277,12 @@ class ApplyStep(bootsteps.StartStopStep):
         if applied.limits != before:
             limits = "; ".join(hold.describe() for hold in applied.limits) or "none"
             logger.warning("celery-pause: generation %d: limits: %s", applied.generation, limits)
+            self._send(
+                signals.worker_limited,
+                generation=applied.generation,
+                limits=applied.limits,
+                previous=before,
+            )
 
     def _match_consumers(self, scope: Scope | None = None) -> None:
         """On the consumer loop: consume every queue but those paused here (``scope``,
@@ -307,13 +314,11 @@ class ApplyStep(bootsteps.StartStopStep):
         else:
             logger.warning("celery-pause: generation %d: resumed all queues", generation)
         signal = signals.worker_paused if scope else signals.worker_resumed
-        for receiver, result in signal.send_robust(
-            sender=self.consumer,
-            generation=generation,
-            scope=scope,
-            previous=previous,
-            holds=holds,
-        ):
+        self._send(signal, generation=generation, scope=scope, previous=previous, holds=holds)
+
+    def _send(self, signal: Signal, **fields: Any) -> None:
+        """Send ``signal`` from this worker; a receiver that fails is logged, never raised."""
+        for receiver, result in signal.send_robust(sender=self.consumer, **fields):
             if isinstance(result, Exception):
                 logger.error("celery-pause: %r failed on %s: %r", receiver, signal.name, result)
 

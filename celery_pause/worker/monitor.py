@@ -3,7 +3,8 @@
 :class:`MonitorStep` comes along with :class:`~celery_pause.PauseStep`. It
 reads the apply step's :class:`~.state.WorkerState` (``c.pause_state``), listens to
 the :mod:`~celery_pause.signals` the apply step sends, turns each
-change into a Celery event (``worker-paused`` / ``worker-resumed``), counts
+change into a Celery event (``worker-paused`` / ``worker-resumed``, and
+``worker-limited`` when the limits it applies change), counts
 transitions, and warns at a bounded rate while a pause lasts longer than
 ``pause_warn_after``. Its :class:`~celery_pause.worker.view.WorkerView` is what the
 HTTP endpoint serves (``c.pause_monitor``).
@@ -38,6 +39,7 @@ TICK = 1.0
 """Seconds between checks on the consumer loop (liveness, long-pause warnings)."""
 PAUSED_EVENT = "worker-paused"
 RESUMED_EVENT = "worker-resumed"
+LIMITED_EVENT = "worker-limited"
 
 
 @dataclass(eq=False)
@@ -59,10 +61,12 @@ class Monitor:
         self._lock = threading.Lock()
         signals.worker_paused.connect(self.on_change, weak=False)
         signals.worker_resumed.connect(self.on_change, weak=False)
+        signals.worker_limited.connect(self.on_limits, weak=False)
 
     def close(self) -> None:
         signals.worker_paused.disconnect(self.on_change)
         signals.worker_resumed.disconnect(self.on_change)
+        signals.worker_limited.disconnect(self.on_limits)
 
     # -- on the consumer loop -----------------------------------------------------------
     def on_change(
@@ -93,6 +97,25 @@ class Monitor:
             paused_queues=scope.names() if paused else [],
             previous_paused_queues=previous.names() if previous else [],
             pause_holds=[hold.to_json() for hold in holds],
+        )
+
+    def on_limits(
+        self,
+        sender: Any = None,
+        *,
+        generation: int,
+        limits: tuple[Hold, ...],
+        previous: tuple[Hold, ...],
+        **kwargs: Any,
+    ) -> None:
+        """A limit signal: send the Celery event."""
+        if sender is not self.consumer:
+            return
+        self.send_event(
+            LIMITED_EVENT,
+            pause_generation=generation,
+            pause_limits=[hold.to_json() for hold in limits],
+            previous_pause_limits=[hold.to_json() for hold in previous],
         )
 
     def send_event(self, type_: str, **fields: Any) -> None:

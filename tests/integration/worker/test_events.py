@@ -76,3 +76,39 @@ def test_pause_and_resume_are_sent_as_celery_events(cluster: Cluster) -> None:
     for event in events:
         state.event(event)
     assert state.workers[worker.hostname].pause_generation == resumed.generation
+
+
+def test_a_change_of_limits_is_sent_as_a_celery_event(redis_cluster: Cluster) -> None:
+    # Given an event receiver and a worker started with -E, whose heartbeats arrive
+    with receiving(redis_cluster.app) as events:
+        worker = redis_cluster.worker("w1", args=("-E", "--heartbeat-interval", "1"))
+        worker.wait_applied()
+        wait_for(
+            lambda: of_type(events, "worker-heartbeat", worker.hostname),
+            timeout=30,
+            what="the receiver to hear the worker",
+        )
+
+        # When a limit is placed, then lifted
+        limited = celery_pause.throttle(redis_cluster.app, rate="5/s", wait=True)
+        wait_for(
+            lambda: of_type(events, "worker-limited", worker.hostname),
+            timeout=30,
+            what="a worker-limited event",
+        )
+        celery_pause.resume(redis_cluster.app)
+        wait_for(
+            lambda: len(of_type(events, "worker-limited", worker.hostname)) == 2,
+            timeout=30,
+            what="a second worker-limited event",
+        )
+
+    # Then each carries the generation and the limits, before and after
+    placed, lifted = of_type(events, "worker-limited", worker.hostname)
+    assert placed["pause_generation"] == limited.generation
+    [hold] = placed["pause_limits"]
+    assert (hold["id"], hold["rate"]) == (limited.hold.id, 5.0)
+    assert placed["previous_pause_limits"] == []
+    assert lifted["pause_limits"] == [] and lifted["previous_pause_limits"] == [hold]
+    # ... and no worker-paused event came with them: a limit is no pause
+    assert not of_type(events, "worker-paused", worker.hostname)
