@@ -13,7 +13,8 @@ worker`` processes (4, concurrency 2) of the test app ``support.proj``, then in 
 - ``throttle(concurrency=3)`` on tasks of 0.2 s: the most running at once (counted from each
   task's own start and end records) and the share of the limit used;
 - unlimited tasks drained with nothing limited, beside the same drain while a limit holds a
-  backlog of another task type in the same queue, and of another queue;
+  backlog of another task type in the same queue, and of another queue (three rounds of the
+  three, alternating; the medians);
 - the store commands per limited start (the store is a server of its own: its counters see
   the workers' store traffic alone).
 """
@@ -28,6 +29,7 @@ import time
 from typing import Any
 
 import celery_pause
+from bench.stats import median
 from bench.world import World, conditions, log, settle
 from support.harness import wait_for
 from support.observe import most_at_once
@@ -37,6 +39,8 @@ from support.proj import OTHER_TASK, RECORD_TASK
 LIMIT = 10.0
 """The rate, tasks per second, both Celery's limit and the throttle are set to."""
 WORKERS = 4
+ROUNDS = 3
+"""Rounds of the three unlimited drains (their medians are the figures)."""
 CONCURRENCY = 2
 
 
@@ -75,9 +79,13 @@ def run(*, seconds: float, drain: int) -> dict[str, Any]:
         celery_pause.resume(world.app, hold=hold.id)
 
         log(f"unlimited drains of {drain} tasks: alone, beside a limited type, another queue")
-        alone = drain_rate(world, main, drain)
-        same_queue = beside_limit(world, main, main, drain, tasks=[OTHER_TASK])
-        other_queue = beside_limit(world, main, other, drain, queues=[other])
+        unlimited: dict[str, list[float]] = {"alone": [], "same_queue": [], "other_queue": []}
+        for _ in range(ROUNDS):  # alternating, so that load from outside falls on all three
+            unlimited["alone"].append(drain_rate(world, main, drain))
+            unlimited["same_queue"].append(
+                beside_limit(world, main, main, drain, tasks=[OTHER_TASK])
+            )
+            unlimited["other_queue"].append(beside_limit(world, main, other, drain, queues=[other]))
     finally:
         world.close()
     return {
@@ -93,9 +101,10 @@ def run(*, seconds: float, drain: int) -> dict[str, Any]:
         "starts": {"celery_rate_limit": celery_own, "throttle": throttled},
         "concurrency": {"limit": 3, "spans": spans},
         "unlimited_per_s": {
-            "alone": alone,
-            "beside_limited_type_same_queue": same_queue,
-            "beside_limited_queue": other_queue,
+            "alone": median(unlimited["alone"]),
+            "beside_limited_type_same_queue": median(unlimited["same_queue"]),
+            "beside_limited_queue": median(unlimited["other_queue"]),
+            "rounds": unlimited,
         },
         "store_commands": {
             "rate": rate_commands,
@@ -118,7 +127,8 @@ def timed_starts(world: World, queue: str, tasks: int, seconds: float) -> list[f
     sent = time.time()
     world.send(queue, tasks)
     wait_for(lambda: time.time() >= sent + seconds, timeout=seconds + 5, what="the window")
-    return sorted(r["started"] - sent for r in records(world)[before:] if r["started"] >= sent)
+    starts = (r["started"] - sent for r in records(world)[before:])
+    return sorted(t for t in starts if 0 <= t < seconds)
 
 
 def drained(world: World, queue: str) -> None:

@@ -99,6 +99,7 @@ class ApplyStep(bootsteps.StartStopStep):
             clock=clock.now,
             ttl=self.config.worker_ttl,
             pump=self.pump,
+            pool_size=getattr(c.controller, "concurrency", None) or 1,
         )
         c.pause_state = self.state
         c.pause_gate = self.gate

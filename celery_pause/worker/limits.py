@@ -142,11 +142,15 @@ class Permits:
             surplus = [self._free.pop() for _ in range(spare)]
             return keep > 0 and bool(done), done[keep:] + surplus
 
-    def slots_wanted(self) -> int:
+    def slots_wanted(self, pool_size: int) -> int:
+        """How many slots to ask for now: one per waiting request, within the limit and
+        what the worker's pool can run beside the slots in use (a slot taken for a task
+        that then waits for a pool process would sit idle)."""
         with self._lock:
             if self.concurrency is None or time.monotonic() < self._next_slot_ask:
                 return 0
-            return max(0, min(self.waiting, self.concurrency) - len(self._free))
+            room = min(self.waiting, self.concurrency, pool_size - len(self._busy))
+            return max(0, room - len(self._free))
 
     def add_slots(self, slots: list[str]) -> None:
         """The slots an ask got; after one that got none, the next waits longer."""
@@ -220,6 +224,7 @@ class LimitKeeper:
         clock: Callable[[], float],
         ttl: float,
         pump: Callable[[], None],
+        pool_size: int = 1,
     ) -> None:
         """Nothing kept yet.
 
@@ -229,12 +234,14 @@ class LimitKeeper:
             clock: The store's clock, as this worker estimates it.
             ttl: Seconds a slot stays taken unless renewed (``pause_worker_ttl``).
             pump: Has the gate start what its permits allow now (on the consumer loop).
+            pool_size: Tasks the worker's pool runs at once (``-c``).
         """
         self.store = store
         self.hostname = hostname
         self.clock = clock
         self.ttl = ttl
         self._pump = pump
+        self.pool_size = max(1, pool_size)
         self._errors = ThrottledLog(logger)
 
     def pace(self, permits: tuple[Permits, ...], retired: Iterable[Permits]) -> float | None:
@@ -273,7 +280,7 @@ class LimitKeeper:
         earned, freed = permits.ended(_running, reuse=fresh)
         self._give_back(permits, freed)
         permits.drop_unused_starts()
-        wanted = permits.slots_wanted()
+        wanted = permits.slots_wanted(self.pool_size)
         if wanted:
             ids = [f"{self.hostname}/{uuid.uuid4().hex[:10]}" for _ in range(wanted)]
             limit = permits.concurrency or 0
