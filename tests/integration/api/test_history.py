@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -120,6 +121,8 @@ def test_a_failing_history_does_not_fail_the_pause(
 
     store = store_for(history_cluster.app)
     monkeypatch.setattr(type(store), "append_log", refuse)
+    # (an in-process worker of another test may have left the root logger at ERROR)
+    caplog.set_level(logging.WARNING, logger="celery_pause.history")
 
     # When the cluster is paused, Then the pause holds and the failure is logged
     result = celery_pause.pause(history_cluster.app, reason="still works")
