@@ -83,6 +83,7 @@ class HistoryEntry:
             "ramp": self.ramp,
             "rate": None if self.limit is None else self.limit.rate,
             "concurrency": None if self.limit is None else self.limit.concurrency,
+            **({} if self.limit is None or self.limit.per is None else {"per": self.limit.per}),
         }
 
     @classmethod

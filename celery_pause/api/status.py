@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from celery import Celery
 
-from ..model.limit import Usage, rate_key, slots_key
+from ..model.limit import Record, Usage, rate_key, records_prefix, slots_key
 from ..model.report import known
 from ..model.state import PauseState
 from ..model.windows import with_windows
@@ -32,19 +32,14 @@ def status(app: Celery) -> ClusterStatus:
     """
     store = store_for(app)
     config = config_for(app)
-    snapshot = store.read()
+    snapshot, reports = store.read_with_reports()
     state = in_force(app, snapshot)
     return ClusterStatus(
         state=state,
         now=snapshot.now,
         paused=state.paused(snapshot.now),
         workers=tuple(
-            known(
-                store.worker_reports(),
-                snapshot.now,
-                ttl=config.worker_ttl,
-                forget=config.forget_worker_after,
-            )
+            known(reports, snapshot.now, ttl=config.worker_ttl, forget=config.forget_worker_after)
         ),
         store=store.display_url,
         queues=tuple(app.amqp.queues),
@@ -54,17 +49,29 @@ def status(app: Celery) -> ClusterStatus:
 
 
 def usage(store: Store, state: PauseState, now: float) -> dict[str, Usage]:
-    """How much of each active limit the cluster uses, by hold id."""
+    """How much of each active limit the cluster uses, by hold id (of a limit per label:
+    how many values use it, and the busiest)."""
     return {
-        hold.id: Usage.of(
-            hold.limit,
-            store.read_record(slots_key(hold.id)) if hold.limit.concurrency else None,
-            store.read_record(rate_key(hold.id)) if hold.limit.rate else None,
-            now,
+        hold.id: (
+            Usage.of(
+                hold.limit,
+                store.read_record(slots_key(hold.id)) if hold.limit.concurrency else None,
+                store.read_record(rate_key(hold.id)) if hold.limit.rate else None,
+                now,
+            )
+            if hold.limit.per is None
+            else Usage.of_partitions(hold.limit, partition_records(store, hold.id), now)
         )
         for hold in state.limits(now)
         if hold.limit is not None
     }
+
+
+def partition_records(store: Store, hold_id: str) -> dict[str, Record]:
+    """The records of the partitions of hold ``hold_id``'s limit per label, keyed by what
+    follows :func:`~celery_pause.model.limit.records_prefix`."""
+    prefix = records_prefix(hold_id)
+    return {key[len(prefix) :]: record for key, record in store.read_records(prefix).items()}
 
 
 def in_force(app: Celery, snapshot: Snapshot) -> PauseState:

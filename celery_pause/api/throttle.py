@@ -7,6 +7,7 @@ from datetime import datetime, timedelta
 
 from celery import Celery
 
+from ..errors import InvalidInput
 from ..model.placing import Placing
 from ..model.validation import (
     check_limit,
@@ -16,6 +17,7 @@ from ..model.validation import (
     check_scope,
     check_start,
 )
+from ..settings import config_for, setting_name
 from .holding import Progress, place_hold
 from .operator import default_operator
 from .results import PauseResult
@@ -32,6 +34,7 @@ def throttle(
     tasks: Iterable[str] | str | None = None,
     workers: Iterable[str] | str | None = None,
     labels: Iterable[str] | str | None = None,
+    per: str | None = None,
     resume_after: timedelta | float | None = None,
     resume_at: datetime | float | None = None,
     start_at: datetime | float | None = None,
@@ -60,6 +63,9 @@ def throttle(
         workers: The workers the limit applies on (every one by default); the limit is
             shared by all of them, not given to each.
         labels: Labels ``NAME=VALUE`` of the tasks to limit (as :func:`~celery_pause.pause`).
+        per: A label of ``pause_labels`` (``"tenant"``): the limit applies to each of its
+            values apart, every tenant its own, a value seen first getting its own at once;
+            a task without the label is not limited.
         resume_after: Lift the limit by itself that long after its start.
         resume_at: Lift it by itself at that time.
         start_at: Schedule the limit (as :func:`~celery_pause.pause`).
@@ -76,7 +82,8 @@ def throttle(
 
     Raises:
         InvalidInput: Neither ``rate`` nor ``concurrency``, or either out of bounds (a rate
-            of 0, above 1e6/s, not a rate; a concurrency below 1); nothing is written.
+            of 0, above 1e6/s, not a rate; a concurrency below 1), or ``per`` not a label
+            of ``pause_labels``; nothing is written.
         PauseTimeout: The wait took longer than ``timeout``; the limit stays.
         StoreError: The store cannot be reached.
     """
@@ -86,8 +93,15 @@ def throttle(
         resume_at=check_resume(resume_after, resume_at),
         start_at=check_start(start_at),
         by=check_operator(paused_by) or default_operator(),
-        limit=check_limit(rate, concurrency),
+        limit=check_limit(rate, concurrency, per),
     )
+    configured = config_for(app).labels
+    if per is not None and per not in configured:
+        known = ", ".join(sorted(configured)) or "none"
+        raise InvalidInput(
+            f"per={per!r} names no label of {setting_name(app, 'pause_labels')} "
+            f"(labels: {known}): a task carries no such label, so nothing would be limited"
+        )
     return place_hold(
         app, placing, notify=notify, strict=strict, wait=wait, timeout=timeout, progress=progress
     )

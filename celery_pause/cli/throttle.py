@@ -43,6 +43,11 @@ def check_rate(ctx: click.Context, param: click.Parameter, value: str | None) ->
     "--concurrency", type=click.IntRange(1, MAX_CONCURRENCY), metavar="N",
     help="Most tasks of the scope running at once across the cluster.",
 )  # fmt: skip
+@click.option(
+    "--per", metavar="LABEL",
+    help="Apply the limit to each value of this label of pause_labels apart (--per tenant: "
+    "every tenant its own).",
+)  # fmt: skip
 @click.option("--reason", callback=check_reason, help="Why, shown to everyone who looks.")
 @click.option(
     "--by", callback=check_by, metavar="NAME",
@@ -67,6 +72,7 @@ def throttle(
     /,
     rate: str | None,
     concurrency: int | None,
+    per: str | None,
     reason: str | None,
     by: str | None,
     resume_after: timedelta | None,
@@ -98,6 +104,7 @@ def throttle(
                 app,
                 rate=rate,
                 concurrency=concurrency,
+                per=per,
                 reason=reason,
                 paused_by=by,
                 **names(scope),

@@ -49,7 +49,7 @@ PAUSE_FIELDS = (
 )  # fmt: skip
 RESUME_FIELDS = (*NAMES, "hold", "force", "by", "ramp")
 THROTTLE_FIELDS = (
-    "rate", "concurrency", "reason", "by", *NAMES, "resume_after", "resume_at", "start_at",
+    "rate", "concurrency", "per", "reason", "by", *NAMES, "resume_after", "resume_at", "start_at",
 )  # fmt: skip
 STATIC = {
     "/": ("index.html", "text/html; charset=utf-8"),
@@ -185,6 +185,7 @@ class AdminAPI:
             self.app,
             rate=body.get("rate"),
             concurrency=body.get("concurrency"),
+            per=_opt_text(body, "per"),
             reason=_opt_text(body, "reason"),
             paused_by=_opt_text(body, "by") or _caller(request),
             **_scope_names(body),

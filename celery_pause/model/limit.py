@@ -14,13 +14,19 @@ The workers share a limit through two records in the store, each changed by a pu
   starts and gives it back once the task ended (or keeps it for its next waiting task);
   it renews the slots it holds with its heartbeat, so a worker that dies gives them back
   within ``pause_worker_ttl``.
+
+A limit ``per`` a label (``per="tenant"``) is one limit for each value of that label: each
+partition has its own two records (:func:`partition_id`), made when its value is first seen
+and removed once nothing uses them (a rule that leaves a record empty deletes it), so the
+store holds the partitions in use, not every value ever seen.
 """
 
 from __future__ import annotations
 
+import hashlib
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from .jsonfields import number
 from .outcome import Outcome
@@ -31,16 +37,21 @@ MAX_RATE = 1e6
 """The highest rate a limit takes, in tasks per second."""
 MAX_CONCURRENCY = 100_000
 """The highest concurrency a limit takes."""
+BUSIEST = 5
+"""Partitions of a limit per label a status names (it counts the rest)."""
 
 Record = dict[str, Any]
+R = TypeVar("R")
 
 
 @dataclass(frozen=True)
 class Limit:
-    """At most ``rate`` starts per second and ``concurrency`` running tasks in the cluster."""
+    """At most ``rate`` starts per second and ``concurrency`` running tasks in the cluster
+    (for each value of the label ``per``, if given)."""
 
     rate: float | None = None
     concurrency: int | None = None
+    per: str | None = None
 
     def __post_init__(self) -> None:
         if self.rate is None and self.concurrency is None:
@@ -62,21 +73,28 @@ class Limit:
             parts.append(format_rate(self.rate))
         if self.concurrency is not None:
             parts.append(f"at most {self.concurrency} at once")
-        return ", ".join(parts)
+        each = "" if self.per is None else f" per {self.per}"
+        return ", ".join(parts) + each
 
     def to_json(self) -> dict[str, Any]:
-        return {"rate": self.rate, "concurrency": self.concurrency}
+        per = {} if self.per is None else {"per": self.per}
+        return {"rate": self.rate, "concurrency": self.concurrency, **per}
 
     @classmethod
     def from_json(cls, data: Any) -> Limit | None:
         """The limit of a stored hold (``None``: the hold pauses); ``ValueError`` or
         ``TypeError`` for anything else."""
-        rate, concurrency = data.get("rate"), data.get("concurrency")
+        rate, concurrency, per = data.get("rate"), data.get("concurrency"), data.get("per")
         if rate is None and concurrency is None:
+            if per is not None:
+                raise ValueError("a limit per label needs a rate or a concurrency")
             return None
         if concurrency is not None and type(concurrency) is not int:
             raise TypeError(f"concurrency is {concurrency!r}")
-        return cls(rate=None if rate is None else number(rate), concurrency=concurrency)
+        if per is not None and not isinstance(per, str):
+            raise TypeError(f"per is {per!r}")
+        rate = None if rate is None else number(rate)
+        return cls(rate=rate, concurrency=concurrency, per=per)
 
 
 def format_rate(rate: float) -> str:
@@ -143,7 +161,7 @@ def take_slots(
     if not taken:
         return Outcome(None, [])
     slots.update((slot, now + ttl) for slot in taken)
-    return Outcome({"slots": slots}, taken)
+    return Outcome({**(record or {}), "slots": slots}, taken)
 
 
 def give_back(record: Record | None, now: float, *, ids: list[str]) -> Outcome[Record, int]:
@@ -154,7 +172,7 @@ def give_back(record: Record | None, now: float, *, ids: list[str]) -> Outcome[R
         del slots[slot]
     if record is not None and len(slots) == len(record.get("slots", {})):
         return Outcome(None, 0)
-    return Outcome({"slots": slots}, len(held))
+    return Outcome(_slots_record(record, slots), len(held))
 
 
 def renew_slots(
@@ -165,7 +183,30 @@ def renew_slots(
     slots = live_slots(record, now)
     held = [slot for slot in ids if slot in slots]
     slots.update((slot, now + ttl) for slot in held)
-    return Outcome({"slots": slots}, held)
+    return Outcome(_slots_record(record, slots), held)
+
+
+def forget_rate(record: Record | None, now: float) -> Outcome[Record, bool]:
+    """Delete a rate's record whose start times all passed (it then limits nothing a
+    missing record would not): whether it was."""
+    if record is None or _tat(record) > now:
+        return Outcome(None, False)
+    return Outcome({}, True)
+
+
+def tagged(outcome: Outcome[Record, R], value: str | None) -> Outcome[Record, R]:
+    """``outcome`` with the label value of its partition kept in the record it writes
+    (``of``: what a status shows of the partition), unless it deletes the record."""
+    if value is None or not outcome.value:
+        return outcome
+    return Outcome({**outcome.value, "of": value}, outcome.result)
+
+
+def _slots_record(record: Record | None, slots: dict[str, float]) -> Record:
+    """The slots record holding ``slots`` (empty, so deleted, when there are none)."""
+    if not slots:
+        return {}
+    return {**({} if record is None else record), "slots": slots}
 
 
 def live_slots(record: Record | None, now: float) -> dict[str, float]:
@@ -183,10 +224,17 @@ class Usage:
     """How much of one limit the cluster uses, as its store records say."""
 
     running: int | None
-    """Slots of the concurrency taken (tasks running or about to), ``None`` without one."""
+    """Slots of the concurrency taken (tasks running or about to), ``None`` without one;
+    of a limit per label, in every partition."""
     booked: float | None
     """Seconds of the rate's start times reserved ahead of now (0: the rate is not all used;
-    above 0: tasks queue for their turn), ``None`` without a rate."""
+    above 0: tasks queue for their turn), ``None`` without a rate; of a limit per label,
+    the most of any partition."""
+    partitions: int | None = None
+    """Of a limit per label: the label values in use (with a slot taken or a start booked)."""
+    busiest: tuple[tuple[str, int, float], ...] = ()
+    """Of a limit per label: the :data:`BUSIEST` partitions most in use, each as its label
+    value, slots taken and seconds booked ahead."""
 
     @classmethod
     def of(cls, limit: Limit, slots: Record | None, rate: Record | None, now: float) -> Usage:
@@ -194,8 +242,34 @@ class Usage:
         booked = None if limit.rate is None else max(0.0, _tat(rate) - now)
         return cls(running=running, booked=booked)
 
+    @classmethod
+    def of_partitions(cls, limit: Limit, records: dict[str, Record], now: float) -> Usage:
+        """The use of a limit per label from the records of its partitions, keyed as they
+        follow :func:`records_prefix` (``<digest>:slots``, ``<digest>:rate``)."""
+        parts: dict[str, list[Any]] = {}
+        for key, record in records.items():
+            partition, _, kind = key.partition(":")
+            if kind not in ("slots", "rate"):
+                continue  # not a partition's record
+            part = parts.setdefault(partition, [str(record.get("of", "?")), 0, 0.0])
+            if kind == "slots":
+                part[1] = len(live_slots(record, now))
+            else:
+                part[2] = max(0.0, _tat(record) - now)
+        used = sorted((p for p in parts.values() if p[1] or p[2]), key=lambda p: (-p[1], -p[2]))
+        return cls(
+            running=None if limit.concurrency is None else sum(p[1] for p in used),
+            booked=None if limit.rate is None else max((p[2] for p in used), default=0.0),
+            partitions=len(used),
+            busiest=tuple((value, running, booked) for value, running, booked in used[:BUSIEST]),
+        )
+
     def describe(self, limit: Limit) -> str:
-        """``2 of 3 running``, ``rate fully used`` or ``rate not fully used``."""
+        """``2 of 3 running``, ``rate fully used`` or ``rate not fully used``; of a limit per
+        label, how many values use it and the busiest (``4 tenants in use, busiest: acme
+        2 running, …``)."""
+        if self.partitions is not None:
+            return self._describe_partitions(limit)
         parts = []
         if self.running is not None:
             parts.append(f"{self.running} of {limit.concurrency} running")
@@ -203,8 +277,40 @@ class Usage:
             parts.append("rate fully used" if self.booked > 0 else "rate not fully used")
         return ", ".join(parts)
 
+    def _describe_partitions(self, limit: Limit) -> str:
+        head = f"{self.partitions} {limit.per} value{'s' if self.partitions != 1 else ''} in use"
+        if not self.busiest:
+            return head
+        shown = []
+        for value, running, booked in self.busiest:
+            use = [f"{running} running"] if limit.concurrency is not None else []
+            if limit.rate is not None:
+                use.append("rate fully used" if booked > 0 else "rate not fully used")
+            shown.append(f"{value!r} {', '.join(use)}")
+        return f"{head}, busiest: {'; '.join(shown)}"
+
     def to_json(self) -> dict[str, Any]:
-        return {"running": self.running, "booked": self.booked}
+        if self.partitions is None:
+            return {"running": self.running, "booked": self.booked}
+        busiest = [{"value": v, "running": r, "booked": b} for v, r, b in self.busiest]
+        return {
+            "running": self.running,
+            "booked": self.booked,
+            "partitions": self.partitions,
+            "busiest": busiest,
+        }
+
+
+def partition_id(hold_id: str, value: str) -> str:
+    """The id of the partition of hold ``hold_id``'s limit for label value ``value`` (a
+    digest: a value may hold any printable character, a store key only a few)."""
+    digest = hashlib.blake2b(value.encode(), digest_size=10).hexdigest()
+    return f"{hold_id}:{digest}"
+
+
+def records_prefix(hold_id: str) -> str:
+    """The start of the keys of every record of hold ``hold_id``'s limit, partitions too."""
+    return f"limit:{hold_id}:"
 
 
 def slots_key(hold_id: str) -> str:

@@ -221,9 +221,10 @@ def check_ramp(ramp: timedelta | float | None) -> float | None:
     return seconds
 
 
-def check_limit(rate: str | float | None, concurrency: int | None) -> Limit:
+def check_limit(rate: str | float | None, concurrency: int | None, per: str | None = None) -> Limit:
     """A limit from a rate (Celery's notation: ``10/s``, ``100/m``, ``5/h``, or tasks per
-    second) and a concurrency (a whole number); at least one of the two."""
+    second) and a concurrency (a whole number), at least one of the two, for each value
+    of the label ``per`` if given (a label's name: ``tenant``)."""
     if rate is None and concurrency is None:
         raise InvalidInput("give a rate (e.g. 10/s), a concurrency (e.g. 3), or both")
     per_second = None if rate is None else parse_rate(rate)
@@ -237,7 +238,12 @@ def check_limit(rate: str | float | None, concurrency: int | None) -> Limit:
         raise InvalidInput(
             f"concurrency must be a whole number from 1 to {MAX_CONCURRENCY}, got {shown}"
         )
-    return Limit(rate=per_second, concurrency=concurrency)
+    if per is not None and (not isinstance(per, str) or not LABEL_NAME.match(per)):
+        raise InvalidInput(
+            f"per must name a label (like tenant: a letter or _, then letters, digits, "
+            f"_ . -), got {ascii(per)[:80]}"
+        )
+    return Limit(rate=per_second, concurrency=concurrency, per=per)
 
 
 def parse_rate(rate: str | float) -> float:

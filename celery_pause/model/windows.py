@@ -37,7 +37,9 @@ from .state import BEAT_POLICIES, BEAT_QUEUE, WINDOW_PREFIX, Hold, PauseState
 from .validation import check_limit, check_reason, check_scope, parse_duration
 
 NAME = re.compile(r"[A-Za-z0-9_.-]{1,64}\Z")
-KEYS = frozenset({"name", "schedule", "duration", *NAMES, "reason", "beat", "rate", "concurrency"})
+KEYS = frozenset(
+    {"name", "schedule", "duration", *NAMES, "reason", "beat", "rate", "concurrency", "per"}
+)
 SAMPLE = 50
 """Occurrences of each window checked for a too-long duration and for clashes."""
 CONFIGURED_BY = "pause_windows"
@@ -198,7 +200,9 @@ def parse_window(
         duration = window_duration(item["duration"])
         rate, concurrency = item.get("rate"), item.get("concurrency")
         limited = rate is not None or concurrency is not None
-        limit = check_limit(rate, concurrency) if limited else None
+        limit = check_limit(rate, concurrency, item.get("per")) if limited else None
+        if limit is None and item.get("per") is not None:
+            raise InvalidInput("per goes with a rate or a concurrency")
         if limit is not None and item.get("beat") == "skip":
             raise InvalidInput("beat 'skip' goes with a pause; a window that limits queues")
     except InvalidInput as exc:

@@ -73,7 +73,7 @@ class RecordUpdated(Generic[R]):
         """The update ``outcome`` makes of ``current``."""
         if outcome.value is None:
             return cls(current, False, outcome.result)
-        return cls(outcome.value, True, outcome.result)
+        return cls(outcome.value or None, True, outcome.result)
 
 
 class Store(ABC):
@@ -131,6 +131,13 @@ class Store(ABC):
     @abstractmethod
     def worker_reports(self) -> list[WorkerReport]:
         """Every recorded worker report, live or stale."""
+
+    def read_with_reports(self) -> tuple[Snapshot, list[WorkerReport]]:
+        """:meth:`read` and :meth:`worker_reports` together (what ``status()`` reads); a
+        store may answer both in one round trip. The snapshot's clock is read after both."""
+        state = self.read().state
+        reports = self.worker_reports()
+        return Snapshot(state, self.now()), reports
 
     def reports_of(self, hostnames: Collection[str]) -> list[WorkerReport]:
         """The recorded reports of ``hostnames`` (those it has): what a wait reads after its
@@ -197,8 +204,9 @@ class Store(ABC):
         """Apply ``change`` to record ``key`` atomically; return the record after it, whether
         it changed, and the result of the attempt that committed.
 
-        Like :meth:`update`, ``change`` may run more than once and must be pure. An
-        unreadable record raises :class:`StoreError` and is left as it is.
+        Like :meth:`update`, ``change`` may run more than once and must be pure. A change
+        that writes an empty record (``{}``) deletes it. An unreadable record raises
+        :class:`StoreError` and is left as it is.
         """
 
     @abstractmethod
@@ -208,6 +216,12 @@ class Store(ABC):
     @abstractmethod
     def record_keys(self, prefix: str = "") -> list[str]:
         """The keys of every record whose key starts with ``prefix``, sorted."""
+
+    def read_records(self, prefix: str) -> dict[str, Record]:
+        """Every record whose key starts with ``prefix``, by key (stores with a bulk read
+        override this one-by-one read)."""
+        found = {key: self.read_record(key) for key in self.record_keys(prefix)}
+        return {key: record for key, record in found.items() if record is not None}
 
     @abstractmethod
     def acquire_lease(self, key: str, owner: str, ttl: float) -> bool:

@@ -165,8 +165,10 @@ class FileStore(Store):
         with self._locked(self.root / "records.lock"):
             current = decode_record(key, self._read(path))
             outcome = change(current, self.now())
-            if outcome.value is not None:
+            if outcome.value:
                 self._write(path, encode_record(outcome.value))
+            elif outcome.value is not None:
+                self._unlink(path)
             return RecordUpdated.of(current, outcome)
 
     def delete_record(self, key: str) -> None:

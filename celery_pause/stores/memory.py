@@ -154,8 +154,10 @@ class MemoryStore(Store):
         with self.space.lock:
             current = decode_record(key, self.space.records.get(key))
             outcome = change(current, self.now())
-            if outcome.value is not None:
+            if outcome.value:
                 self.space.records[key] = encode_record(outcome.value)
+            elif outcome.value is not None:
+                self.space.records.pop(key, None)
             return RecordUpdated.of(current, outcome)
 
     def delete_record(self, key: str) -> None:

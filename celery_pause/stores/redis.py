@@ -38,6 +38,11 @@ from .base import (
 
 logger = logging.getLogger(__name__)
 T = TypeVar("T")
+RESP2: dict[str, int] = {"protocol": 2} if int(redis.__version__.split(".")[0]) >= 5 else {}
+"""The protocol the store speaks (URL ``?protocol=3`` chooses the other): redis-py 8 defaults
+to RESP3, whose handshake also asks for maintenance notifications and once hung a reconnect
+right after a Sentinel failover. RESP2 also reaches servers older than Redis 6; redis-py 4
+speaks only RESP2 and takes no ``protocol``."""
 POLICY_CHECK = 60.0
 """Seconds between two looks at the server's ``maxmemory-policy``."""
 
@@ -213,17 +218,29 @@ class RedisStore(Store):
 
     def worker_reports(self) -> list[WorkerReport]:
         with self._failing():
-            raw = self.client.hgetall(self.workers_key)
-        reports = (WorkerReport.decode(value) for value in raw.values())
-        return [report for report in reports if report is not None]
+            raw = self.client.hvals(self.workers_key)
+        return WorkerReport.decode_all(raw)
+
+    def read_with_reports(self) -> tuple[Snapshot, list[WorkerReport]]:
+        """The state and every report in one round trip (``GET`` and ``HVALS``, pipelined)."""
+        with self._failing():
+            pipe = self.client.pipeline(transaction=False)
+            pipe.get(self.state_key)
+            pipe.hvals(self.workers_key)
+            try:
+                raw_state, raw_reports = pipe.execute()
+            except redis.ResponseError:
+                return super().read_with_reports()  # a key of another type: said by each
+        return Snapshot(PauseState.decode(raw_state), self.now()), WorkerReport.decode_all(
+            raw_reports
+        )
 
     def reports_of(self, hostnames: Collection[str]) -> list[WorkerReport]:
         if not hostnames:
             return []
         with self._failing():
             raw = self.client.hmget(self.workers_key, list(hostnames))
-        reports = (WorkerReport.decode(value) for value in raw if value is not None)
-        return [report for report in reports if report is not None]
+        return WorkerReport.decode_all(value for value in raw if value is not None)
 
     def append_log(self, log: str, entry: Mapping[str, Any], *, keep: int) -> None:
         key = f"{self.prefix}:log:{check_log_name(log)}"
@@ -283,7 +300,10 @@ class RedisStore(Store):
             if outcome.value is not None:
                 data = encode_record(outcome.value)
                 pipe.multi()
-                pipe.hset(self.records_key, key, data)
+                if outcome.value:
+                    pipe.hset(self.records_key, key, data)
+                else:
+                    pipe.hdel(self.records_key, key)
             return RecordUpdated.of(current, outcome)
 
         with self._failing():
@@ -292,6 +312,16 @@ class RedisStore(Store):
     def delete_record(self, key: str) -> None:
         with self._failing():
             self.client.hdel(self.records_key, check_key(key))
+
+    def read_records(self, prefix: str) -> dict[str, Record]:
+        with self._failing():
+            raw = self.client.hgetall(self.records_key)
+        found = ((k.decode() if isinstance(k, bytes) else str(k), v) for k, v in raw.items())
+        return {
+            key: record
+            for key, value in found
+            if key.startswith(prefix) and (record := decode_record(key, value)) is not None
+        }
 
     def record_keys(self, prefix: str = "") -> list[str]:
         with self._failing():
@@ -345,7 +375,9 @@ def _lifts_only(before: PauseState, after: PauseState | None) -> bool:
 def _client(url: str, timeout: float) -> redis.Redis:
     """A client for ``url``; :class:`ConfigurationError` for a URL redis-py cannot read."""
     try:
-        return redis.Redis.from_url(url, socket_timeout=timeout, socket_connect_timeout=timeout)
+        return redis.Redis.from_url(
+            url, socket_timeout=timeout, socket_connect_timeout=timeout, **RESP2
+        )
     except ValueError as exc:
         raise bad_url(url, f"is not a Redis URL: {exc}") from None
 

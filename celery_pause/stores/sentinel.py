@@ -20,7 +20,7 @@ from redis.retry import Retry
 
 from ..errors import ConfigurationError, StoreError
 from .base import bad_url, display
-from .redis import RedisStore
+from .redis import RESP2, RedisStore
 
 SSL_OPTIONS = ("ssl", "ssl_cert_reqs", "ssl_ca_certs", "ssl_certfile", "ssl_keyfile")
 OPTIONS = ("master_name", "sentinel_kwargs", "wait_replicas", *SSL_OPTIONS)
@@ -46,7 +46,7 @@ class SentinelStore(RedisStore):
             raise ConfigurationError("sentinel_kwargs must be a dict (password, ssl, …)")
         if isinstance(replicas, bool) or not isinstance(replicas, int) or replicas < 0:
             raise ConfigurationError(f"wait_replicas must be 0 or more, got {replicas!r}")
-        timeouts = {"socket_timeout": timeout, "socket_connect_timeout": timeout}
+        timeouts = {"socket_timeout": timeout, "socket_connect_timeout": timeout, **RESP2}
         # Asking the sentinels tries each in turn: no retries of one that does not answer.
         once = {"retry": Retry(NoBackoff(), 0)}
         # A connection the old master dropped in a failover is made again once, to the

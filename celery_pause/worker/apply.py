@@ -30,7 +30,7 @@ from ..routing import QueueResolver
 from ..settings import config_for
 from ..stores import Snapshot, store_for
 from .gate import Gate
-from .limits import LimitKeeper
+from .keeper import LimitKeeper
 from .pools import (
     PoolSupport,
     SlotCheck,
@@ -156,7 +156,8 @@ class ApplyStep(bootsteps.StartStopStep):
     def shutdown(self, c: Consumer) -> None:
         self.stop(c)
         self.sync.stop()
-        self.limits.give_back_all([*self.gate.pacing.permits, *self.gate.pacing.take_retired()])
+        pacing = self.gate.pacing
+        self.limits.give_back_all([*pacing.all_permits(), *pacing.take_retired()])
         try:
             self.store.remove_worker(c.hostname)
         except Exception as exc:
@@ -230,7 +231,7 @@ class ApplyStep(bootsteps.StartStopStep):
         """From the sync thread: earn the permits the ramps' and limits' waiting requests
         need."""
         pacing = self.gate.pacing
-        return self.limits.pace(pacing.permits, pacing.take_retired())
+        return self.limits.pace(pacing.all_permits(), pacing.take_retired())
 
     def _wake(self) -> None:
         self.sync.publish_now()

@@ -131,9 +131,11 @@ class Gate:
         ``limits`` (on the consumer loop; on green pools also the store greenlet)."""
         ramps, limits = tuple(ramps), tuple(limits)
         paced = [ramp.scope for ramp in ramps] + [hold.scope for hold in limits]
+        per = {hold.limit.per for hold in limits if hold.limit is not None and hold.limit.per}
         with self._lock:
             self._scope = scope
-            self._read_labels = tuple(sorted(set().union(*map(label_names, [scope, *paced]))))
+            listed = set().union(*map(label_names, [scope, *paced]))
+            self._read_labels = tuple(sorted(listed | per))
         self.pacing.pace(ramps, limits)
 
     def close(self, scope: Scope) -> None:

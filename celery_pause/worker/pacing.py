@@ -8,7 +8,10 @@ has requests waiting already (so each keeps arrival order), otherwise it waits, 
 order, until :meth:`Pacing.due` lets it start.
 
 A request waiting for a limit widens the channel's prefetch window by one, as a held one
-does, so it never stops the rest of its queue or the worker's other queues. Where a limit
+does, so it never stops the rest of its queue or the worker's other queues; one of a limit per
+label value does so only while its own value's limit keeps it (not while it waits for the
+pool's room, as any prefetched task does), so a worker fetches no more than its window of
+tenants that could run. Where a limit
 covers a whole queue, the worker stops consuming that queue while ``backlog`` requests of it
 wait (:attr:`Pacing.backed_up`), and consumes it again once half of them started: the rest of
 its backlog stays in the broker. One waiting for a ramp does not widen the window (the worker
@@ -27,6 +30,7 @@ from ..model.ramp import Ramp
 from ..model.scope import Target
 from ..model.state import Hold
 from .limits import Permits
+from .partitions import Partitions
 
 Waiting = tuple[Request, float]
 """A waiting request and the ``time.monotonic()`` it was first held or waited since."""
@@ -62,7 +66,9 @@ class Pacing:
         self._on_wait = on_wait
         self._target = target
         self.permits: tuple[Permits, ...] = ()
-        """This worker's permits of the ramps and limits in force."""
+        """This worker's permits of the ramps and limits in force, but those per label."""
+        self.partitions: tuple[Partitions, ...] = ()
+        """The partitions of the limits per label value in force."""
         self.retired: list[Permits] = []
         """Permits of limits lifted, whose slots the store thread gives back."""
         self.waiting: list[Waiting] = []
@@ -82,22 +88,51 @@ class Pacing:
     def pace(self, ramps: Iterable[Ramp], limits: Iterable[Hold]) -> None:
         """Pace the starts of ``ramps`` and ``limits`` from now on; their permits are kept
         across calls, so a re-read does not restart them."""
+        limits = tuple(limits)
         kept = {permits.id: permits for permits in self.permits}
         self.permits = tuple(
             [kept.pop(r.id) if r.id in kept else Permits.of_ramp(r) for r in ramps]
-            + [kept.pop(h.id) if h.id in kept else Permits.of_hold(h) for h in limits]
+            + [
+                kept.pop(h.id) if h.id in kept else Permits.of_hold(h)
+                for h in limits
+                if h.limit is None or h.limit.per is None
+            ]
         )
         self.retired.extend(kept.values())
-        self.active = bool(self.permits)
+        families = {family.id: family for family in self.partitions}
+        self.partitions = tuple(
+            families.pop(h.id) if h.id in families else Partitions(h)
+            for h in limits
+            if h.limit is not None and h.limit.per is not None
+        )
+        for family in families.values():
+            self.retired.extend(family.members())
+        self.active = bool(self.permits or self.partitions)
         self._note_backlog()
 
+    def all_permits(self) -> tuple[Permits, ...]:
+        """The permits of every ramp, limit and partition in force."""
+        members = [member for family in self.partitions for member in family.members()]
+        return (*self.permits, *members)
+
     def take_retired(self) -> list[Permits]:
+        """The permits whose slots and records to give up: of limits lifted, and of
+        partitions idle long enough to be forgotten."""
         retired, self.retired = self.retired, []
-        return retired
+        return retired + [gone for family in self.partitions for gone in family.prune()]
+
+    def covering(self, target: Target) -> list[Permits]:
+        """The permits of every ramp, limit and partition that covers ``target``."""
+        permits = [p for p in self.permits if p.covers(target)]
+        for family in self.partitions:
+            member = family.of(target)
+            if member is not None:
+                permits.append(member)
+        return permits
 
     def waits(self, request: Request, target: Target, since: float) -> bool:
         """Whether ``request`` must wait for its pace (it then waits here)."""
-        permits = [p for p in self.permits if p.covers(target)]
+        permits = self.covering(target)
         if not permits:
             return False
         if not any(p.waiting for p in permits) and self._start(permits, request):
@@ -119,7 +154,7 @@ class Pacing:
                 blocking.append((request, since))
                 continue
             target = self._target(request)
-            permits = [p for p in self.permits if p.covers(target)]
+            permits = self.covering(target)
             if not any(p.waiting for p in permits) and self._start(permits, request):
                 starting.append(request)
             else:
@@ -134,7 +169,7 @@ class Pacing:
         if qos is not None and self._widened:
             qos.decrement_eventually(len(self._widened))
         self._widened.clear()
-        for permits in self.permits:
+        for permits in self.all_permits():
             permits.waiting = 0
         self._whole.clear()
         return waiting
@@ -143,7 +178,7 @@ class Pacing:
         """Have ``waiting`` (taken out by :meth:`take_waiting`) wait again, in that order."""
         for request, since in waiting:
             target = self._target(request)
-            self._wait(request, since, [p for p in self.permits if p.covers(target)], target)
+            self._wait(request, since, self.covering(target), target)
         self._note_backlog()
 
     def _start(self, permits: list[Permits], request: Request) -> bool:
@@ -162,14 +197,15 @@ class Pacing:
         for p in permits:
             p.waiting += 1
         limits = [p for p in permits if p.limit is not None]  # a ramp waits within its window
-        if not limits:
-            return
+        if all(p.value is not None and not p.holds_back() for p in limits):
+            return  # only the pool's room keeps it (or nothing): it waits within the window
         qos = self._qos()
         if qos is not None:
             qos.increment_eventually()
             self._widened.add(id(request))
+        # a limit per label never stops its queue: one tenant's backlog must not stop the rest
         whole = Target(queue=target.queue, worker=target.worker)
-        if target.queue and any(p.scope.covers(whole) for p in limits):
+        if target.queue and any(p.value is None and p.scope.covers(whole) for p in limits):
             self._whole[target.queue] += 1
 
     def _note_backlog(self) -> None:

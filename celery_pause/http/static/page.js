@@ -66,10 +66,14 @@ function limitText(h, usage) {
   const parts = [];
   if (h.rate !== undefined && h.rate !== null) parts.push(h.rate + "/s");
   if (h.concurrency !== undefined && h.concurrency !== null) {
-    const running = usage && usage.running !== null ? usage.running + " of " : "at most ";
+    const running = usage && usage.running !== null && !h.per ? usage.running + " of " : "at most ";
     parts.push(running + h.concurrency + " running");
   }
   if (usage && usage.booked) parts.push("rate fully used");
+  if (h.per) {
+    const inUse = usage && usage.partitions !== undefined ? "; " + usage.partitions + " in use" : "";
+    parts.push("per " + h.per + inUse);
+  }
   return parts.join(", ");
 }
 

@@ -102,9 +102,22 @@ class SqlStore(Store):
         self._run(lambda conn: self._delete(conn, WORKER, _name(hostname)))
 
     def worker_reports(self) -> list[WorkerReport]:
-        rows = self._run(lambda conn: self._all(conn, WORKER), write=False)
-        reports = (WorkerReport.decode(value) for _, value in rows)
-        return [report for report in reports if report is not None]
+        query = sa.select(values.c.value).where(
+            (values.c.prefix == self.prefix) & (values.c.kind == WORKER)
+        )
+        rows = self._run(lambda conn: conn.execute(query).scalars().all(), write=False)
+        return WorkerReport.decode_all(rows)
+
+    def read_with_reports(self) -> tuple[Snapshot, list[WorkerReport]]:
+        """The state and every report in one query."""
+        query = sa.select(values.c.kind, values.c.value).where(
+            (values.c.prefix == self.prefix)
+            & ((values.c.kind == WORKER) | ((values.c.kind == STATE) & (values.c.name == STATE)))
+        )
+        rows = self._run(lambda conn: conn.execute(query).all(), write=False)
+        state = next((value for kind, value in rows if kind == STATE), None)
+        reports = WorkerReport.decode_all(value for kind, value in rows if kind == WORKER)
+        return Snapshot(PauseState.decode(state), self.now()), reports
 
     def reports_of(self, hostnames: Collection[str]) -> list[WorkerReport]:
         if not hostnames:
@@ -113,9 +126,8 @@ class SqlStore(Store):
         query = sa.select(values.c.value).where(
             (values.c.prefix == self.prefix) & (values.c.kind == WORKER) & values.c.name.in_(names)
         )
-        rows = self._run(lambda conn: list(conn.execute(query)), write=False)
-        reports = (WorkerReport.decode(row[0]) for row in rows)
-        return [report for report in reports if report is not None]
+        rows = self._run(lambda conn: conn.execute(query).scalars().all(), write=False)
+        return WorkerReport.decode_all(rows)
 
     def append_log(self, log_name: str, entry: Mapping[str, Any], *, keep: int) -> None:
         name = check_log_name(log_name)
@@ -177,15 +189,25 @@ class SqlStore(Store):
             raw, exists = self._lock(conn, RECORD, key)
             current = decode_record(key, raw)
             outcome = change(current, clock(conn))
-            if outcome.value is not None:
+            if outcome.value:
                 data = encode_record(outcome.value).decode()
                 self._put(conn, RECORD, key, data, exists=exists)
+            elif outcome.value is not None and exists:
+                self._delete(conn, RECORD, key)
             return RecordUpdated.of(current, outcome)
 
         return self._run(work)
 
     def delete_record(self, key: str) -> None:
         self._run(lambda conn: self._delete(conn, RECORD, check_key(key)))
+
+    def read_records(self, prefix: str) -> dict[str, Record]:
+        rows = self._run(lambda conn: self._all(conn, RECORD), write=False)
+        return {
+            name: record
+            for name, raw in rows
+            if name.startswith(prefix) and (record := decode_record(name, raw)) is not None
+        }
 
     def record_keys(self, prefix: str = "") -> list[str]:
         rows = self._run(lambda conn: self._all(conn, RECORD), write=False)

@@ -169,6 +169,7 @@ def test_throttle_over_http_is_shown_and_lifted(redis_cluster: Cluster, admin: s
         ("/throttle", b'{"rate": "ten"}', 400, "not a rate"),
         ("/throttle", b'{"concurrency": 0}', 400, "concurrency must be a whole number"),
         ("/throttle", b'{"rate": "5/s", "beat": "skip"}', 400, "unknown field(s) beat"),
+        ("/throttle", b'{"rate": "5/s", "per": "tenant"}', 400, "names no label"),
         ("/pause", b'{"reason": "' + b"x" * MAX_BODY + b'"}', 413, "request body over"),
     ],
     ids=[
@@ -187,6 +188,7 @@ def test_throttle_over_http_is_shown_and_lifted(redis_cluster: Cluster, admin: s
         "throttle-bad-rate",
         "throttle-zero-concurrency",
         "throttle-beat",
+        "throttle-per-no-label",
         "huge-body",
     ],
 )

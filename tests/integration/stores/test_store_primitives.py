@@ -111,6 +111,25 @@ def test_records_are_created_changed_listed_and_deleted(store: Store) -> None:
     assert store.record_keys("breaker:") == []
 
 
+def test_a_change_that_leaves_a_record_empty_deletes_it(store: Store) -> None:
+    # Given two records under one prefix
+    store.update_record("limit:h:a:slots", lambda rec, now: Outcome({"slots": {"w/1": now}}, 1))
+    store.update_record("limit:h:b:slots", lambda rec, now: Outcome({"slots": {"w/2": now}}, 1))
+    assert set(store.read_records("limit:h:")) == {"limit:h:a:slots", "limit:h:b:slots"}
+
+    # When a change writes one of them empty
+    emptied = store.update_record("limit:h:a:slots", lambda rec, now: Outcome({}, True))
+
+    # Then it is deleted, the other read in bulk as it was; an empty write of none is a no-op
+    assert emptied.changed and emptied.record is None
+    assert store.read_record("limit:h:a:slots") is None
+    assert store.record_keys("limit:h:") == ["limit:h:b:slots"]
+    assert list(store.read_records("limit:h:")) == ["limit:h:b:slots"]
+    assert store.read_records("limit:h:")["limit:h:b:slots"]["slots"].keys() == {"w/2"}
+    store.update_record("limit:h:none", lambda rec, now: Outcome({}, None))
+    assert store.read_record("limit:h:none") is None
+
+
 def test_concurrent_record_updates_lose_nothing(shared_spec: Spec) -> None:
     # When four processes increment one record 25 times each
     run_in_processes(shared_spec, increment, "breaker:count", processes=PROCESSES)

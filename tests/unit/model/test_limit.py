@@ -19,14 +19,18 @@ from celery_pause.model.limit import (
     MAX_RATE,
     Limit,
     Usage,
+    forget_rate,
     format_rate,
     give_back,
     live_slots,
+    partition_id,
     rate_key,
+    records_prefix,
     renew_slots,
     reserve,
     run_length,
     slots_key,
+    tagged,
     take_slots,
 )
 from celery_pause.model.placing import Placing, place
@@ -786,3 +790,73 @@ def test_the_records_of_a_limit_are_named_for_its_hold() -> None:
     assert slots_key("abc123") == "limit:abc123:slots"
     assert rate_key("abc123") == "limit:abc123:rate"
     assert slots_key("abc123") != rate_key("abc123")
+
+
+# -- limits per label value -------------------------------------------------------------------
+def test_a_limit_per_label_reads_and_writes_its_label() -> None:
+    limit = Limit(concurrency=2, per="tenant")
+    assert limit.describe() == "at most 2 at once per tenant"
+    assert Limit.from_json(json.loads(json.dumps(limit.to_json()))) == limit
+    assert "per" not in Limit(rate=5.0).to_json(), "a limit of every task keeps its old JSON"
+    with pytest.raises(ValueError):
+        Limit.from_json({"per": "tenant"})
+    with pytest.raises(TypeError):
+        Limit.from_json({"rate": 1.0, "per": 3})
+
+
+@pytest.mark.parametrize("per", ["", "tenant=acme", "9tenant", "a b", "x" * 65, 7])
+def test_check_limit_refuses_a_per_that_names_no_label(per: Any) -> None:
+    with pytest.raises(InvalidInput, match="per must name a label"):
+        check_limit("5/s", None, per)
+
+
+def test_partitions_have_keys_of_their_own_under_the_limits_prefix() -> None:
+    one, other = partition_id("h1", "acme"), partition_id("h1", "beta\n\x1b[2J")
+    assert one != other and one == partition_id("h1", "acme")
+    for partition in (one, other):
+        assert slots_key(partition).startswith(records_prefix("h1"))
+        assert rate_key(partition).startswith(records_prefix("h1"))
+    assert not slots_key(partition_id("h10", "acme")).startswith(records_prefix("h1"))
+
+
+def test_records_left_empty_are_deleted_and_a_past_rate_forgotten() -> None:
+    # A slot given back or expired at renewal, leaving none, deletes the record (``{}``)
+    record = {"slots": {"w1/a": NOW + 5}, "of": "acme"}
+    assert give_back(record, NOW, ids=["w1/a"]).value == {}
+    assert renew_slots({"slots": {"w1/a": NOW - 1}}, NOW, ids=["w1/a"], ttl=30).value == {}
+    # A partition's label value stays in its records while they hold something
+    kept = take_slots(record, NOW, limit=2, ids=["w2/b"], ttl=30).value
+    assert kept is not None and kept["of"] == "acme"
+    assert tagged(reserve(None, NOW, interval=0.2, want=2), "acme").value == {
+        "tat": NOW + 0.4,
+        "of": "acme",
+    }
+    assert tagged(give_back(record, NOW, ids=["w1/a"]), "acme").value == {}
+    # A rate whose start times all passed is deleted; one with a start ahead is kept
+    assert forget_rate({"tat": NOW - 0.1}, NOW).value == {}
+    assert forget_rate({"tat": NOW + 0.1}, NOW).value is None
+    assert forget_rate(None, NOW).value is None
+
+
+def test_usage_of_a_limit_per_label_counts_values_and_names_the_busiest() -> None:
+    limit = Limit(concurrency=2, rate=4.0, per="tenant")
+    records: dict[str, Any] = {
+        "slots": {"slots": {"x": NOW + 9}},  # not a partition's record: left out
+        **{
+            f"p{i}:slots": {"of": f"t{i}", "slots": {f"w/{i}/{j}": NOW + 9 for j in range(i % 3)}}
+            for i in range(12)
+        },
+        "p1:rate": {"of": "t1", "tat": NOW + 0.5},
+        "p11:rate": {"of": "t11", "tat": NOW - 3},
+    }
+    usage = Usage.of_partitions(limit, records, NOW)
+    in_use = [i for i in range(12) if i % 3]
+    assert usage.partitions == len(in_use)
+    assert usage.running == sum(i % 3 for i in range(12))
+    assert usage.booked == 0.5
+    assert [value for value, _, _ in usage.busiest] == ["t2", "t5", "t8", "t11", "t1"]
+    assert usage.busiest[-1] == ("t1", 1, 0.5)
+    text = usage.describe(limit)
+    assert text.startswith(f"{len(in_use)} tenant values in use, busiest: ")
+    assert text.count(";") == 4
+    assert json.loads(json.dumps(usage.to_json()))["partitions"] == len(in_use)

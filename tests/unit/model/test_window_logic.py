@@ -162,6 +162,13 @@ def test_a_window_with_a_rate_limits_its_scope_instead_of_pausing_it() -> None:
     assert occurrence.source == "window:business-hours" and occurrence.limit == hours.limit
     assert not in_force.paused(now)
     assert hours.to_json()["rate"] == 2.0 and hours.to_json()["concurrency"] == 3
+    assert "per" not in hours.to_json()
+    (each,) = parse_windows(
+        [{"name": "each", "schedule": 3600, "duration": 60, "concurrency": 1, "per": "tenant"}],
+        APP,
+        "queue",
+    )
+    assert each.limit == Limit(concurrency=1, per="tenant") and each.to_json()["per"] == "tenant"
     # ... and at 18:00 it is over: nothing limits
     assert (
         with_windows(PauseState(generation=1), [hours], at("2027-01-15 18:00:00")).limits(
@@ -178,6 +185,8 @@ def test_a_window_with_a_rate_limits_its_scope_instead_of_pausing_it() -> None:
         ({"rate": "0/s"}, "rate must be above 0"),
         ({"concurrency": 0}, "concurrency must be a whole number"),
         ({"rate": "2/s", "beat": "skip"}, "beat 'skip' goes with a pause"),
+        ({"per": "tenant"}, "per goes with a rate or a concurrency"),
+        ({"concurrency": 2, "per": "tenant=acme"}, "per must name a label"),
     ],
 )
 def test_a_window_with_a_bad_limit_is_refused(extra: dict[str, object], message: str) -> None:

@@ -1,0 +1,198 @@
+"""A worker's store work for its limits and ramps, on its store thread: earning permits.
+
+While requests wait, :class:`LimitKeeper` books runs of start times and takes slots in the
+store, gives back the slots of tasks that ended (or keeps them for the next waiting task, with
+no store round trip), and renews the slots it holds with its heartbeat. A request no limit
+covers never waits for any of this; a store that cannot be reached earns no permit, so a limit
+is never lifted by a failure (the scope waits until the store answers).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from collections import Counter
+from collections.abc import Callable, Iterable
+
+from celery.worker import state as worker_state
+from celery.worker.request import Request
+
+from ..errors import StoreError
+from ..logs import ThrottledLog
+from ..model.limit import (
+    forget_rate,
+    give_back,
+    rate_key,
+    renew_slots,
+    reserve,
+    slots_key,
+    tagged,
+    take_slots,
+)
+from ..model.ramp import book, ramp_key
+from ..stores import Store
+from .limits import Permits
+
+logger = logging.getLogger(__name__)
+
+TICK = 0.005
+"""Fewest seconds between two looks, while the consumer loop starts what is due."""
+RETRY = 0.5
+"""Seconds before the store is asked again after it failed."""
+
+
+class LimitKeeper:
+    """The store side of one worker's limits, run by its store thread."""
+
+    def __init__(
+        self,
+        *,
+        store: Store,
+        hostname: str,
+        clock: Callable[[], float],
+        ttl: float,
+        pump: Callable[[], None],
+        pool_size: int = 1,
+    ) -> None:
+        """Nothing kept yet.
+
+        Parameters:
+            store: The pause store, where the limits' records live.
+            hostname: The worker's name (in the ids of its slots).
+            clock: The store's clock, as this worker estimates it.
+            ttl: Seconds a slot stays taken unless renewed (``pause_worker_ttl``).
+            pump: Has the gate start what its permits allow now (on the consumer loop).
+            pool_size: Tasks the worker's pool runs at once (``-c``).
+        """
+        self.store = store
+        self.hostname = hostname
+        self.clock = clock
+        self.ttl = ttl
+        self._pump = pump
+        self.pool_size = max(1, pool_size)
+        self._errors = ThrottledLog(logger)
+
+    def pace(self, permits: tuple[Permits, ...], retired: Iterable[Permits]) -> float | None:
+        """Earn and give back what ``permits`` need now, and give up the slots and records
+        of the ``retired`` ones (limits lifted, partitions forgotten); seconds until it is
+        worth calling again."""
+        failed = False
+        earned = False
+        try:
+            for gone in retired:
+                self._retire(gone)
+            # a partition of a limit per label with requests waiting and no slot: the other
+            # partitions give their ended tasks' slots back, and the longest without a slot
+            # asks first, so one tenant's backlog never keeps the pool's room from the rest
+            short = {p.family for p in permits if p.value is not None and p.short_of_slots()}
+            held = Counter[str]()
+            for p in permits:
+                earned = self._finish(p, share=p.family in short) or earned
+                held[p.family] += p.slots_held()
+            for p in sorted(permits, key=lambda p: p.granted):
+                earned = self._earn(p, held) or earned
+        except StoreError as exc:
+            self._errors.error("celery-pause: limits: %s; the limited tasks wait", exc)
+            failed = True
+        now = self.clock()
+        if earned or any(p.waiting and p.ready(now) for p in permits):
+            self._pump()  # what was earned before, and start times that came
+        wakes = [t for p in permits if (t := p.wake_at(now)) is not None]
+        wake = None if not wakes else max(TICK, min(wakes) - now)
+        return min(wake or RETRY, RETRY) if failed else wake
+
+    def give_back_all(self, permits: Iterable[Permits]) -> None:
+        """At shutdown: free every slot this worker holds (never raises)."""
+        try:
+            for p in permits:
+                self._give_back(p, p.held_slots())
+        except StoreError as exc:
+            logger.warning("celery-pause: could not give back limit slots: %s", exc)
+
+    def _finish(self, permits: Permits, *, share: bool) -> bool:
+        """Give back the slots of one limit's ended tasks (or keep them for its next waiting
+        ones, unless it must ``share`` the room); whether one was kept for a waiting task."""
+        # A slot not renewed for a while may have expired in the store (and been taken
+        # by another worker): it is not used again before a renewal confirms it.
+        fresh = time.monotonic() - permits.renewed < self.ttl * 2 / 3
+        kept, freed = permits.ended(_running, reuse=fresh and not share)
+        self._give_back(permits, freed)
+        permits.drop_unused_starts()
+        return kept
+
+    def _earn(self, permits: Permits, held: Counter[str]) -> bool:
+        """Take the slots and book the start times one limit's waiting requests need, and
+        renew its slots when due; whether it earned a permit. ``held``: the slots this worker
+        holds of each limit (its partitions together), kept up to date."""
+        earned = False
+        others = held[permits.family] - permits.slots_held()
+        wanted = permits.slots_wanted(self.pool_size - others)
+        if wanted:
+            ids = [f"{self.hostname}/{uuid.uuid4().hex[:10]}" for _ in range(wanted)]
+            limit = permits.concurrency or 0
+            taken = self.store.update_record(
+                slots_key(permits.id),
+                lambda record, now: tagged(
+                    take_slots(record, now, limit=limit, ids=ids, ttl=self.ttl), permits.value
+                ),
+            ).result
+            permits.add_slots(taken)
+            held[permits.family] += len(taken)
+            # a partition refused waits for its own limit now: the gate widens the window
+            earned = earned or bool(taken) or permits.value is not None
+        want = permits.starts_wanted(self.clock())
+        if want:
+            starts, retry_at = self._book(permits, want)
+            permits.add_starts(starts, retry_at)
+            earned = earned or bool(starts)
+        if time.monotonic() - permits.renewed >= self.ttl / 3:
+            self._renew(permits)
+        return earned
+
+    def _book(self, permits: Permits, want: int) -> tuple[tuple[float, ...], float]:
+        """Book ``want`` start times of the rate or ramp of ``permits`` in the store."""
+        ramp, limit = permits.ramp, permits.limit
+        if ramp is not None:
+            booked = self.store.update_record(
+                ramp_key(permits.id), lambda record, now: book(record, now, ramp=ramp, want=want)
+            ).result
+            return booked.starts, booked.retry_at
+        interval = limit.interval if limit is not None else 0.0
+        reserved = self.store.update_record(
+            rate_key(permits.id),
+            lambda record, now: tagged(
+                reserve(record, now, interval=interval, want=want), permits.value
+            ),
+        ).result
+        return tuple(reserved.times()), reserved.retry_at
+
+    def _renew(self, permits: Permits) -> None:
+        held = permits.held_slots()
+        started = time.monotonic()
+        if held:
+            kept = self.store.update_record(
+                slots_key(permits.id),
+                lambda record, now: renew_slots(record, now, ids=held, ttl=self.ttl),
+            ).result
+            permits.keep_only(kept)
+        permits.renewed = started
+
+    def _retire(self, permits: Permits) -> None:
+        """Give back the slots of a limit lifted, or a partition forgotten, and delete its
+        rate's record once its start times all passed."""
+        self._give_back(permits, permits.held_slots())
+        if permits.limit is not None and permits.limit.rate is not None:
+            self.store.update_record(rate_key(permits.id), forget_rate)
+
+    def _give_back(self, permits: Permits, slots: list[str]) -> None:
+        if slots:
+            self.store.update_record(
+                slots_key(permits.id),
+                lambda record, now: give_back(record, now, ids=slots),
+            )
+
+
+def _running(request: Request) -> bool:
+    """Whether a request that started has not ended yet (Celery drops it when it ends)."""
+    return request in worker_state.reserved_requests

@@ -1,0 +1,72 @@
+"""A limit per label value (``throttle --per tenant``): one partition of the limit per value.
+
+Each value of the label gets its own :class:`~.limits.Permits` the first time a request of
+it arrives, with no command: the same rate or concurrency, counted in store records of its
+own (:func:`~celery_pause.model.limit.partition_id`). A request without the label is
+outside the limit, as it is outside every scope of that label. A partition that held
+nothing and had nothing waiting for :data:`IDLE` seconds is forgotten; the store thread then
+deletes its records if no other worker uses them, so neither a worker nor the store keeps
+every value ever seen.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+from ..model.limit import Limit, partition_id
+from ..model.scope import Target
+from ..model.state import Hold
+from .limits import Permits
+
+IDLE = 5.0
+"""Seconds a partition stays known on a worker after its last request (more than the
+rate's horizon, so its start times have all passed when it is forgotten)."""
+
+
+class Partitions:
+    """One worker's permits of a limit per label value, a partition per value seen."""
+
+    def __init__(self, hold: Hold) -> None:
+        assert hold.limit is not None and hold.limit.per is not None
+        self.id = hold.id
+        self.scope = hold.scope
+        self.limit: Limit = hold.limit
+        self._label = f"{hold.limit.per}="
+        self._members: dict[str, Permits] = {}
+        self._lock = threading.Lock()
+
+    def of(self, target: Target) -> Permits | None:
+        """The permits of ``target``'s partition (made on its value's first sight), or
+        ``None`` if the limit does not cover it."""
+        if not self.scope.covers(target):
+            return None
+        value = self._value(target)
+        if value is None:
+            return None
+        with self._lock:
+            member = self._members.get(value)
+            if member is None:
+                member = Permits(
+                    id=partition_id(self.id, value), scope=self.scope, limit=self.limit, value=value
+                )
+                self._members[value] = member
+            member.touched = time.monotonic()
+        return member
+
+    def _value(self, target: Target) -> str | None:
+        for label in target.label or ():
+            if label.startswith(self._label):
+                return label[len(self._label) :]
+        return None
+
+    def members(self) -> list[Permits]:
+        with self._lock:
+            return list(self._members.values())
+
+    def prune(self, idle: float = IDLE) -> list[Permits]:
+        """Forget the partitions unused for ``idle`` seconds that hold nothing; those forgotten."""
+        cutoff = time.monotonic() - idle
+        with self._lock:
+            gone = [v for v, m in self._members.items() if m.touched < cutoff and m.idle()]
+            return [self._members.pop(value) for value in gone]
