@@ -37,6 +37,13 @@ class RedisServer:
         """The server's process id."""
         return int(self.client().info("server")["process_id"])
 
+    def restart(self) -> None:
+        """Stop the server and start a new one on the same port: it keeps nothing on disk,
+        so it comes back empty, as a Redis without persistence does after a restart."""
+        self._running.close()
+        self._running = ExitStack()
+        self._running.enter_context(redis_server(self.port, self.password, *self.args))
+
     def __enter__(self) -> RedisServer:
         self._running.enter_context(redis_server(self.port, self.password, *self.args))
         return self

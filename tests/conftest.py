@@ -18,6 +18,7 @@ benchmark's :class:`bench.world.World` and the breaker tests' ``BreakerWorld`` a
 
 from __future__ import annotations
 
+import signal
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -29,6 +30,15 @@ from celery_pause.stores.base import Store
 from support.harness import AMQP_BROKER, REDIS_BROKER, Cluster
 from support.services import require
 from support.stores import ADAPTERS, KINDS, SHARED_KINDS, Spec, make_store, private
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Ctrl-C as a terminal sends it: a run started in the background of a shell (bash's
+    ``&``) inherits SIGINT ignored and would pass that on to every process the tests start,
+    which the Ctrl-C tests then could not stop. A handler (not ``SIG_IGN``) is reset to the
+    default in each process started."""
+    if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 @pytest.fixture(params=["redis", "amqp"])

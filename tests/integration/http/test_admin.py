@@ -151,6 +151,57 @@ def test_throttle_over_http_is_shown_and_lifted(redis_cluster: Cluster, admin: s
     assert call(admin + "/status", headers=AUTH).json()["limits"] == []
 
 
+def test_labels_and_limits_per_label_over_http(redis_url: str, tmp_path: Path) -> None:
+    cluster = Cluster(broker=redis_url, tmp=tmp_path, pause_labels={"tenant": "tenant_id"})
+    try:
+        with admin_server(cluster.app) as admin:
+            # When one tenant is paused and every tenant limited, by the admin API
+            paused = call(
+                admin + "/pause",
+                method="POST",
+                headers=AUTH,
+                body={"labels": "tenant=acme", "reason": "their API is down", "by": "ann"},
+            )
+            limited = call(
+                admin + "/throttle",
+                method="POST",
+                headers=AUTH,
+                body={"concurrency": 2, "per": "tenant", "by": "ann"},
+            )
+
+            # Then both holds are recorded with their label, in status and history
+            assert (paused.status, limited.status) == (200, 200), (paused.body, limited.body)
+            assert paused.json()["hold"]["labels"] == ["tenant=acme"]
+            assert limited.json()["hold"]["per"] == "tenant"
+            doc = call(admin + "/status", headers=AUTH).json()
+            by_id = {hold["id"]: hold for hold in doc["holds"]}
+            assert by_id[paused.json()["hold"]["id"]]["labels"] == ["tenant=acme"]
+            assert by_id[limited.json()["hold"]["id"]]["per"] == "tenant"
+            assert [(e["action"], e.get("labels"), e.get("per")) for e in doc["history"]] == [
+                ("throttle", None, "tenant"),
+                ("pause", ["tenant=acme"], None),
+            ]
+
+            # When the tenant is resumed by its label, Then the limit over every tenant
+            # refuses it as a wider hold would (the partial-resume rules), changing nothing
+            refused = call(
+                admin + "/resume", method="POST", headers=AUTH, body={"labels": "tenant=acme"}
+            )
+            assert refused.status == 400 and "per tenant" in refused.json()["error"]
+            assert len(call(admin + "/status", headers=AUTH).json()["holds"]) == 2
+
+            # When the limit is lifted by its id, Then the tenant resumes by its label
+            lift = {"hold": limited.json()["hold"]["id"]}
+            assert call(admin + "/resume", method="POST", headers=AUTH, body=lift).status == 200
+            resumed = call(
+                admin + "/resume", method="POST", headers=AUTH, body={"labels": "tenant=acme"}
+            )
+            assert resumed.status == 200, resumed.body
+            assert call(admin + "/status", headers=AUTH).json()["holds"] == []
+    finally:
+        cluster.close()
+
+
 @pytest.mark.parametrize(
     ("path", "body", "status", "says"),
     [

@@ -1,5 +1,6 @@
-"""A store that forgets the pause (a flush, a deleted key or row) does not un-pause: the
-worker that knew it writes it back, and only an operator's resume lifts it."""
+"""A store that forgets the pause (a restart without persistence, a flush, a deleted key or
+row) does not un-pause: the worker that knew it writes it back, and only an operator's resume
+lifts it."""
 
 from __future__ import annotations
 
@@ -24,6 +25,14 @@ from support.services import require
 from support.stores import POSTGRESQL_STORE
 
 Forget = Callable[[Cluster], None]
+
+
+SERVERS: dict[str, RedisServer] = {}
+"""The private servers running, by store URL (for :func:`restart`)."""
+
+
+def restart(cluster: Cluster) -> None:
+    SERVERS[cluster.store_url].restart()
 
 
 def flushdb(cluster: Cluster) -> None:
@@ -52,7 +61,11 @@ def private_redis() -> Iterator[str]:
     if not RedisServer.available():
         pytest.skip("needs redis-server")
     with RedisServer() as server:
-        yield server.url()
+        SERVERS[server.url()] = server
+        try:
+            yield server.url()
+        finally:
+            del SERVERS[server.url()]
 
 
 @contextmanager
@@ -63,8 +76,13 @@ def postgresql() -> Iterator[str]:
 
 @pytest.mark.parametrize(
     ("store", "forget"),
-    [(private_redis, flushdb), (private_redis, delete_key), (postgresql, delete_row)],
-    ids=["redis-flushdb", "redis-del-state-key", "postgresql-delete-state-row"],
+    [
+        (private_redis, restart),
+        (private_redis, flushdb),
+        (private_redis, delete_key),
+        (postgresql, delete_row),
+    ],
+    ids=["redis-restart", "redis-flushdb", "redis-del-state-key", "postgresql-delete-state-row"],
 )
 def test_a_store_that_forgets_the_pause_gets_it_back_from_the_worker(
     store: Callable[[], AbstractContextManager[str]], forget: Forget, redis_url: str, tmp_path: Path

@@ -64,6 +64,12 @@ def test_one_tenant_paused_while_the_others_run(tenant_cluster: Cluster) -> None
         what="A's tasks held",
     )
     assert held == 30
+    # ... and Celery's inspect shows each worker's holds with the label
+    replies = cluster.app.control.broadcast("pause_state", reply=True, timeout=5)
+    states = {name: state for reply in replies for name, state in reply.items()}
+    assert {w.hostname for w in workers} <= set(states)
+    for worker in workers:
+        assert [hold["labels"] for hold in states[worker.hostname]["holds"]] == [["tenant=A"]]
 
     # When A is resumed, Then every task of A ran exactly once, none before the resume
     resumed_at = time.time()

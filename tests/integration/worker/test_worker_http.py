@@ -10,6 +10,7 @@ from itertools import pairwise
 from pathlib import Path
 
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 import celery_pause
 from celery_pause.model.state import format_time
@@ -248,3 +249,52 @@ def test_metrics_show_the_limits_in_force_and_readiness_stays(probed_cluster: Cl
         timeout=10,
         what="the limit to leave the metrics",
     )
+
+
+def series(text: str) -> set[tuple[str, tuple[tuple[str, str], ...]]]:
+    """Every sample of a Prometheus exposition, by name and labels."""
+    return {
+        (sample.name, tuple(sorted(sample.labels.items())))
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+    }
+
+
+def test_metrics_stay_bounded_whatever_the_label_values(redis_url: str, tmp_path: Path) -> None:
+    cluster = Cluster(
+        broker=REDIS_BROKER, tmp=tmp_path, pause_http_port=0, pause_labels={"tenant": "tenant_id"}
+    )
+    try:
+        # Given a worker with one tenant paused and a limit per tenant in force
+        worker = cluster.worker("w1")
+        worker.wait_applied()
+        base = probe_url(worker)
+        celery_pause.pause(cluster.app, labels=["tenant=held-one"], wait=True)
+        celery_pause.throttle(cluster.app, concurrency=1, per="tenant", wait=True)
+
+        def after(tenants: list[str], held: int) -> set[tuple[str, tuple[tuple[str, str], ...]]]:
+            """The worker's series once the paused tenant's ``held`` tasks are held and the
+            others' tasks ran."""
+            ran = len(cluster.records())
+            cluster.send("held", 0.0, kwargs={"tenant_id": "held-one"})
+            for tenant in tenants:
+                cluster.send(f"t-{tenant}", 0.0, kwargs={"tenant_id": tenant})
+            cluster.wait_records(ran + len(tenants))
+
+            def shown() -> str | None:
+                text = metrics_of(base)
+                count = metric(text, "celery_pause_held_tasks", task=RECORD_TASK)
+                return text if count == held else None
+
+            return series(wait_for(shown, timeout=10, what=f"{held} held in the metrics"))
+
+        # When tasks of 3 tenants run, and then of 40 more
+        few = after([f"tenant-a{i}" for i in range(3)], held=1)
+        many = after([f"tenant-b{i}" for i in range(40)], held=2)
+
+        # Then the 40 tenants added no series, and no series names a tenant
+        assert many == few
+        assert not [s for s in many if any("tenant-" in value for _, value in s[1])]
+        assert not [s for s in many if any("held-one" in value for _, value in s[1])]
+    finally:
+        cluster.close()

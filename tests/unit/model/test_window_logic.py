@@ -169,6 +169,14 @@ def test_a_window_with_a_rate_limits_its_scope_instead_of_pausing_it() -> None:
         "queue",
     )
     assert each.limit == Limit(concurrency=1, per="tenant") and each.to_json()["per"] == "tenant"
+    # ... and a window may pause one tenant: its occurrences hold that label's scope
+    (trial,) = parse_windows(
+        [{"name": "trial", "schedule": 3600, "duration": 60, "labels": ["tenant=trial-*"]}],
+        APP,
+        "queue",
+    )
+    assert trial.scope.rule.labels == {"tenant=trial-*"}
+    assert trial.to_json()["labels"] == ["tenant=trial-*"]
     # ... and at 18:00 it is over: nothing limits
     assert (
         with_windows(PauseState(generation=1), [hours], at("2027-01-15 18:00:00")).limits(
