@@ -49,3 +49,13 @@ def most_at_once(spans: Sequence[Sequence[float]]) -> int:
         running += step
         peak = max(peak, running)
     return peak
+
+
+def per_second(starts: list[float], since: float, until: float) -> list[int]:
+    """Starts in each whole second from ``since`` to ``until``."""
+    seconds = int(until - since)
+    counts = [0] * seconds
+    for t in starts:
+        if since <= t < since + seconds:
+            counts[int(t - since)] += 1
+    return counts

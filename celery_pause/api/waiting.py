@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
+from operator import attrgetter
 
 from celery import Celery
 
@@ -66,27 +67,32 @@ def wait_until_quiet(
     store = store_for(app)
     config = config_for(app)
     deadline = time.monotonic() + timeout
-    reports = {r.hostname: r for r in store.worker_reports()}
+    quiet: dict[str, WorkerReport] = {}
+    reports = store.worker_reports()
     while True:
-        workers = known(
-            reports.values(), store.now(), ttl=config.worker_ttl, forget=config.forget_worker_after
-        )
+        now = store.now()
+        busy = []
+        for worker in known(reports, now, ttl=config.worker_ttl, forget=config.forget_worker_after):
+            if worker.quiet_for(generation, since):
+                quiet[worker.hostname] = worker
+            else:
+                busy.append(worker)
         if progress is not None:
-            progress(workers)
-        busy = [w for w in workers if not w.quiet_for(generation, since)]
+            progress(sorted([*quiet.values(), *busy], key=attrgetter("hostname")))
         if not busy:
             # Every report says quiet: read the state's generation only now, once.
             current = store.read().state.generation
-            busy = [w for w in workers if w.generation > current]
+            busy = [w for w in quiet.values() if w.generation > current]
             if not busy:
-                return workers
+                return known(
+                    quiet.values(), now, ttl=config.worker_ttl, forget=config.forget_worker_after
+                )
+            for worker in busy:
+                del quiet[worker.hostname]
         if time.monotonic() >= deadline:
             raise PauseTimeout.of(timeout, busy)
         time.sleep(WAIT_POLL)
         # Read again only the workers not quiet yet: one that confirmed holds the scope
         # until a later generation, and one that starts now reads the state before it
         # consumes anything. A busy worker whose report is gone shut down.
-        names = [w.hostname for w in busy]
-        for name in names:
-            reports.pop(name, None)
-        reports.update((r.hostname, r) for r in store.reports_of(names))
+        reports = store.reports_of([w.hostname for w in busy])

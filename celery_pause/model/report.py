@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import json
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass
@@ -121,9 +122,20 @@ class WorkerReport:
 
     @classmethod
     def decode_all(cls, raws: Iterable[bytes | str]) -> list[WorkerReport]:
-        """What :meth:`decode` makes of each of ``raws``, those that are not reports left out."""
-        reports = map(cls.decode, raws)
-        return [report for report in reports if report is not None]
+        """What :meth:`decode` makes of each of ``raws``, those that are not reports left out.
+
+        The cyclic garbage collector is paused meanwhile: reports hold no reference
+        cycles, and the collections the allocations of thousands of them set off (a full
+        one now and then) found nothing and made the slowest ``status()`` of 10 000
+        workers about twice its median."""
+        collecting = gc.isenabled()
+        gc.disable()
+        try:
+            reports = map(cls.decode, raws)
+            return [report for report in reports if report is not None]
+        finally:
+            if collecting:
+                gc.enable()
 
     @classmethod
     def _of(cls, data: Any) -> WorkerReport | None:

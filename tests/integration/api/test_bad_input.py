@@ -118,8 +118,10 @@ def test_any_text_is_a_bounded_positive_duration_or_a_clear_error(text: str) -> 
         duration = parse_duration(text)
     except InvalidInput as exc:
         # Then it is refused with a message that quotes at most 40 characters of it
+        # (escaped as repr does: at most 10 characters each, as in \U0001f600)
         assert "duration" in str(exc)
-        assert len(str(exc)) < 200
+        assert len(str(exc)) < 100 + 10 * 40
+        assert repr(text[:40]) in str(exc)
         return
     # ... or it is a positive duration of at most 366 days
     assert timedelta(0) < duration <= MAX_DURATION

@@ -18,7 +18,7 @@ import celery_pause
 from celery_pause.model.limit import live_slots, slots_key
 from celery_pause.stores import store_for
 from support.harness import AMQP_BROKER, REDIS_BROKER, Cluster, Worker, stop_all, wait_for
-from support.observe import most_at_once
+from support.observe import most_at_once, per_second
 from support.proj import OTHER_TASK
 from support.services import require
 from support.stores import POSTGRESQL_STORE
@@ -62,16 +62,6 @@ def finished(cluster: Cluster, count: int) -> dict[str, float] | None:
     raw = cluster.records_client.lrange(cluster.finished_key, 0, -1)
     ends = {entry["id"]: entry["finished"] for entry in map(json.loads, raw)}
     return ends if len(ends) >= count else None
-
-
-def per_second(starts: list[float], since: float, until: float) -> list[int]:
-    """Starts in each whole second from ``since`` to ``until``."""
-    seconds = int(until - since)
-    counts = [0] * seconds
-    for t in starts:
-        if since <= t < since + seconds:
-            counts[int(t - since)] += 1
-    return counts
 
 
 def test_a_rate_limit_holds_the_cluster_to_it(limit_cell: tuple[Cluster, str]) -> None:

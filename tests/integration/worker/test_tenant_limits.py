@@ -18,7 +18,7 @@ import celery_pause
 from celery_pause.model.limit import Usage, records_prefix
 from celery_pause.stores import store_for
 from support.harness import AMQP_BROKER, REDIS_BROKER, Cluster, Worker, wait_for
-from support.observe import most_at_once
+from support.observe import most_at_once, per_second
 from support.services import require
 
 LABELS = {"tenant": "tenant_id"}
@@ -199,15 +199,6 @@ def test_a_thousand_tenants_keep_the_store_bounded(tenant_cell: tuple[Cluster, s
         timeout=20,
         what="the idle tenants' records to be deleted",
     )
-
-
-def per_second(starts: list[float], since: float, until: float) -> list[int]:
-    seconds = int(until - since)
-    counts = [0] * seconds
-    for t in starts:
-        if since <= t < since + seconds:
-            counts[int(t - since)] += 1
-    return counts
 
 
 def tag_tenant(record: dict[str, Any]) -> str:
