@@ -242,7 +242,7 @@ class Replayed:
 
     hostname: str
     generation: int = -1
-    paused: list[str] | None = None
+    paused: tuple[str, ...] | None = None
     as_of: float = 0.0
     applied: dict[int, float] = field(default_factory=dict)
 
@@ -300,7 +300,8 @@ def run_replayed(store_url: str, first: int, count: int, ready: Any, commands: A
                 worker.as_of = store_now
                 if state.generation != worker.generation:
                     worker.generation = state.generation
-                    worker.paused = state.paused(store_now).names()
+                    queues = state.paused(store_now).names()
+                    worker.paused = None if queues is None else tuple(queues)
                     todo[REPORT].append(i)  # a change is reported at once
         if todo[REPORT]:
             store_now = time.monotonic() + offset

@@ -56,7 +56,7 @@ def wait_until_quiet(
             start of a scheduled pause).
 
     Returns:
-        The known workers' reports, every one quiet.
+        The known workers' reports, every one quiet, by hostname (each as last read).
 
     Raises:
         PauseTimeout: Some worker was not quiet within ``timeout``; ``.busy`` maps each
@@ -84,9 +84,7 @@ def wait_until_quiet(
             current = store.read().state.generation
             busy = [w for w in quiet.values() if w.generation > current]
             if not busy:
-                return known(
-                    quiet.values(), now, ttl=config.worker_ttl, forget=config.forget_worker_after
-                )
+                return sorted(quiet.values(), key=attrgetter("hostname"))
             for worker in busy:
                 del quiet[worker.hostname]
         if time.monotonic() >= deadline:

@@ -106,12 +106,13 @@ class WorkerSnapshot:
         or as applying :attr:`enforced`, written at store time ``seen``."""
         enforced = None if starting else self.enforced
         tasks = self.running(enforced.scope) if enforced is not None else ()
+        queues = None if enforced is None else enforced.scope.names()
         return WorkerReport(
             hostname=self.hostname,
             pid=os.getpid(),
             status=STARTING if enforced is None else APPLIED,
             generation=-1 if enforced is None else enforced.generation,
-            paused=None if enforced is None else enforced.scope.names(),
+            paused=None if queues is None else tuple(queues),
             running=tuple(t.id for t in tasks),
             running_names=tuple(t.name for t in tasks),
             held=self.gate.held,

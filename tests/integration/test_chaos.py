@@ -436,7 +436,7 @@ def consistent(chaos: Chaos) -> celery_pause.ClusterStatus | None:
             r.pid == pids[h]
             and r.status == "applied"
             and r.generation == status.state.generation
-            and r.paused == []
+            and r.paused == ()
             and not r.running
             and r.held == 0
             for h, r in reports.items()

@@ -343,7 +343,7 @@ reports = st.builds(
     pid=st.integers(1, 2**22),
     status=st.sampled_from(["starting", APPLIED]),
     generation=st.integers(-1, 2**63),
-    paused=st.none() | st.lists(names, max_size=3),
+    paused=st.none() | st.lists(names, max_size=3).map(tuple),
     running=st.lists(names, max_size=3).map(tuple),
     held=st.integers(0, 10**6),
     seen=times,

@@ -46,7 +46,7 @@ def until(cluster: Cluster, moment: float, what: str) -> None:
     )
 
 
-def reports_show(cluster: Cluster, paused: list[str], as_of: float, timeout: float) -> None:
+def reports_show(cluster: Cluster, paused: tuple[str, ...], as_of: float, timeout: float) -> None:
     """Wait until every worker reports ``paused`` as the state stood at ``as_of`` or later."""
     hosts = {w.hostname for w in cluster.workers}
 
@@ -81,12 +81,12 @@ def test_a_scheduled_pause_lands_at_its_start_and_lifts_at_its_end_without_a_com
 
     # When the start comes, Then every worker applies it at once by itself
     until(cluster, start, "the scheduled start")
-    reports_show(cluster, [queue], start, timeout=POLL * 0.75)
+    reports_show(cluster, (queue,), start, timeout=POLL * 0.75)
     assert celery_pause.status(cluster.app).paused.covers(Target(queue=queue))
 
     # When the end comes, Then the tasks flow again by themselves
     until(cluster, end, "the scheduled end")
-    reports_show(cluster, [], end, timeout=POLL * 0.75)
+    reports_show(cluster, (), end, timeout=POLL * 0.75)
     records = cluster.wait_records(len(sent))
 
     # And nothing started from just after the start until the end, while tasks ran before
@@ -126,11 +126,11 @@ def run_window(cluster: Cluster, name: str, queue: str) -> None:
 
     # Then both workers apply it at its start, and lift it at its end, by themselves
     until(cluster, start, "the window's start")
-    reports_show(cluster, [queue], start, timeout=POLL * 0.75)
+    reports_show(cluster, (queue,), start, timeout=POLL * 0.75)
     status = celery_pause.status(cluster.app)
     assert [h.source for h in status.holds] == [f"window:{name}"]
     until(cluster, end, "the window's end")
-    reports_show(cluster, [], end, timeout=POLL * 0.75)
+    reports_show(cluster, (), end, timeout=POLL * 0.75)
     records = cluster.wait_records(len(sent))
     assert not [r for r in records if start + MARGIN <= r["started"] < end - SKEW]
     assert {r["worker"] for r in records if r["started"] >= end} == {w.hostname for w in workers}
@@ -138,12 +138,12 @@ def run_window(cluster: Cluster, name: str, queue: str) -> None:
     # When the next occurrence starts, an operator ends it early
     following = start + 8
     until(cluster, following, "the next occurrence")
-    reports_show(cluster, [queue], following, timeout=POLL * 0.75)
+    reports_show(cluster, (queue,), following, timeout=POLL * 0.75)
     result = celery_pause.resume(cluster.app, hold=f"window:{name}", resumed_by="ops")
     assert [h.id for h in result.removed] == [f"window:{name}:{int(following)}"]
 
     # Then both workers flow again before its end, and the history records who ended it
-    reports_show(cluster, [], following, timeout=POLL)
+    reports_show(cluster, (), following, timeout=POLL)
     assert store_now(cluster) < following + 3
     ended = [e for e in history(cluster.app) if e.action == RESUME]
     assert ended and ended[0].source == f"window:{name}" and ended[0].by == "ops"
@@ -170,4 +170,4 @@ def test_waiting_on_a_scheduled_pause_waits_for_its_start_then_for_quiet(
     assert returned >= start and len(finished) == 1
     (confirmed,) = result.workers
     assert confirmed.hostname == worker.hostname and confirmed.as_of >= start
-    assert confirmed.paused == [redis_cluster.queue()]
+    assert confirmed.paused == (redis_cluster.queue(),)

@@ -146,7 +146,7 @@ def test_worker_reports_round_trip_and_removal(store: Store) -> None:
         pid=42,
         status=APPLIED,
         generation=3,
-        paused=["a"],
+        paused=("a",),
         running=("id-1",),
         held=2,
         seen=store.now(),

@@ -111,13 +111,13 @@ def test_status_text_of_a_partial_pause_shows_each_hold_with_its_source() -> Non
     manual = hold(["reports"], paused_at=NOW - 60)
     busy = report(
         "w1@host",
-        paused=["emails", "reports"],
+        paused=("emails", "reports"),
         running=("abcdef0123",),
         running_names=("send",),
         active=8,
         reserved=30,
     )
-    behind = report("w2@host", generation=41, paused=[])
+    behind = report("w2@host", generation=41, paused=())
     starting = report("w3@host", status=STARTING, generation=-1)
 
     # When rendered
@@ -203,7 +203,7 @@ def test_status_json_schema() -> None:
     holds = [hold(["emails"], resume_at=NOW + 60)]
     busy = report(
         "w1@host",
-        paused=["emails"],
+        paused=("emails",),
         running=("id-1",),
         running_names=("send",),
         held=2,
@@ -262,14 +262,14 @@ def test_status_json_schema() -> None:
 
 
 def test_status_json_when_running_and_paused_everywhere() -> None:
-    running = status_json(cluster_status([], [report("w@h", paused=[])]), {})
+    running = status_json(cluster_status([], [report("w@h", paused=())]), {})
     assert (running["state"], running["paused_queues"], running["since"]) == ("RUNNING", [], None)
     paused = status_json(cluster_status([hold()], []), {})
     assert (paused["state"], paused["paused_queues"]) == ("PAUSED", None)
 
 
 def test_queues_counted_are_the_apps_and_those_holds_and_workers_name() -> None:
-    status = cluster_status([hold(["emails"])], [report("w@h", paused=["emails", "sms"])])
+    status = cluster_status([hold(["emails"])], [report("w@h", paused=("emails", "sms"))])
     assert status_queues(status, ["celery"]) == ["celery", "emails", "sms"]
 
 

@@ -112,7 +112,7 @@ def test_inspect_the_report_and_the_view_derive_from_one_snapshot() -> None:
     assert (answer["generation"], report.generation, view.generation) == (1, 1, 1)
     assert answer["held"] == view.held_by_task == {"proj.task": 1}
     assert report.held == view.held == 1
-    assert report.paused == ["a"] and view.paused_queues == ("a",)
+    assert report.paused == ("a",) and view.paused_queues == ("a",)
     assert snapshot.report(seen=NOW, starting=True).generation == -1
 
 
