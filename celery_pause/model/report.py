@@ -95,7 +95,7 @@ class WorkerReport:
             "pid": self.pid,
             "state": self.state_for(generation),
             "generation": self.generation,
-            "paused_queues": list(self.paused or ()) if self.status == APPLIED else [],
+            "paused_queues": self._paused_json() if self.status == APPLIED else [],
             "running": [
                 {
                     "id": task_id,
@@ -114,6 +114,10 @@ class WorkerReport:
             "as_of": self.as_of,
             "silent": self.silent,
         }
+
+    def _paused_json(self) -> list[str] | None:
+        """:attr:`paused` in JSON: a list, ``None`` (``null``) when every queue is held."""
+        return None if self.paused is None else list(self.paused)
 
     def encode(self) -> bytes:
         return json.dumps(asdict(self), separators=(",", ":")).encode()

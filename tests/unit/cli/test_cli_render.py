@@ -268,6 +268,13 @@ def test_status_json_when_running_and_paused_everywhere() -> None:
     assert (paused["state"], paused["paused_queues"]) == ("PAUSED", None)
 
 
+def test_a_worker_holding_every_queue_shows_its_paused_queues_as_null() -> None:
+    """``null`` is every queue (the status page says "all queues"), ``[]`` is none."""
+    doc = status_json(cluster_status([hold()], [report("w@h"), report("v@h", paused=())]), {})
+    shown = {w["hostname"]: w["paused_queues"] for w in doc["workers"]}
+    assert shown == {"w@h": None, "v@h": []}
+
+
 def test_queues_counted_are_the_apps_and_those_holds_and_workers_name() -> None:
     status = cluster_status([hold(["emails"])], [report("w@h", paused=("emails", "sms"))])
     assert status_queues(status, ["celery"]) == ["celery", "emails", "sms"]
