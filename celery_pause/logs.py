@@ -1,4 +1,5 @@
-"""A logger for errors that repeat while a store stays down: once per interval, not per try."""
+"""A logger for errors that repeat (a store that stays down, messages that cannot be read):
+once per interval, not per try."""
 
 from __future__ import annotations
 
@@ -19,7 +20,13 @@ class ThrottledLog:
         self._logged_at = float("-inf")
 
     def error(self, message: str, *args: Any) -> None:
+        self._log(logging.ERROR, message, *args)
+
+    def warning(self, message: str, *args: Any) -> None:
+        self._log(logging.WARNING, message, *args)
+
+    def _log(self, level: int, message: str, *args: Any) -> None:
         now = time.monotonic()
         if now - self._logged_at >= self.every:
             self._logged_at = now
-            self.logger.error(message, *args)
+            self.logger.log(level, message, *args)

@@ -16,11 +16,15 @@ class QueueResolver:
         self._known = -1
 
     def __call__(self, request: Any) -> str:
-        info = request.delivery_info or {}
-        routing_key = info.get("routing_key") or ""
+        """The queue's name; ``""`` where the delivery names none (a message's delivery
+        info is the producer's to write: anything but text reads as no name)."""
+        info = request.delivery_info
+        if type(info) is not dict:
+            return ""
+        routing_key, exchange = _text(info.get("routing_key")), _text(info.get("exchange"))
         if len(self.queues) != self._known:
             self._rebuild()
-        return self._routes.get((info.get("exchange") or "", routing_key), routing_key)
+        return self._routes.get((exchange, routing_key), routing_key)
 
     def _rebuild(self) -> None:
         routes: dict[tuple[str, str], str] = {}
@@ -29,6 +33,10 @@ class QueueResolver:
             routes.setdefault((exchange or "", queue.routing_key or queue.name), queue.name)
         self._routes = routes
         self._known = len(self.queues)
+
+
+def _text(value: Any) -> str:
+    return value if type(value) is str else ""
 
 
 def queue_of(app: Celery, request: Any) -> str:

@@ -37,16 +37,16 @@ from typing import Any
 from celery.worker import state as worker_state
 from celery.worker.request import Request
 
+from ..model.content import text_of
 from ..model.ramp import Ramp
-from ..model.scope import EVERYTHING, NOTHING, Scope, Target, label_names
+from ..model.scope import EVERYTHING, NOTHING, Scope, label_names
 from ..model.state import Hold
 from .broker import follow_master
-from .labels import LabelReader
 from .pacing import Pacing
+from .reading import TargetReader
 from .view import GateCounters, GateFigures, InFlight
 
 logger = logging.getLogger(__name__)
-_new_target = tuple.__new__
 
 QueueOf = Callable[[Request], str]
 Admits = Callable[[Request], bool]
@@ -94,9 +94,8 @@ class Gate:
         self._handler = handler
         self._queue_of = queue_of
         self.hostname = hostname
-        self._labels = LabelReader(labels or {})
-        self._read_labels: tuple[str, ...] = ()
-        """The label names some rule of the scope, a ramp or a limit lists: read per request."""
+        self.target = TargetReader(queue_of=queue_of, hostname=hostname, labels=labels or {})
+        """Where a request stands in every dimension of a scope (never raises)."""
         self._qos = qos
         self._lock = threading.Lock()
         self._scope: Scope = NOTHING
@@ -135,14 +134,14 @@ class Gate:
         with self._lock:
             self._scope = scope
             listed = set().union(*map(label_names, [scope, *paced]))
-            self._read_labels = tuple(sorted(listed | per))
+            self.target.names = tuple(sorted(listed | per))
         self.pacing.pace(ramps, limits)
 
     def close(self, scope: Scope) -> None:
         """Also hold ``scope`` from now on (from any thread: only the loop opens the gate)."""
         with self._lock:
             self._scope = self._scope | scope
-            self._read_labels = tuple(sorted(set(self._read_labels) | label_names(scope)))
+            self.target.names = tuple(sorted(set(self.target.names) | label_names(scope)))
 
     def renew(self, until: float) -> None:
         """What the worker read holds until ``time.monotonic()`` reaches ``until``, then all."""
@@ -165,16 +164,24 @@ class Gate:
             self._lapsed()
         if not (self._scope.rules or self.pacing.active):  # every task passes: keep it short
             return self._handler(request)
+        try:
+            passes = self._admit(request)
+        except Exception as exc:  # a defect must not stop the worker (Celery would, raised here)
+            self.target.warn(request, "could not decide on it (%r): it goes on to the pool", exc)
+            passes = True
+        return self._handler(request) if passes else None
+
+    def _admit(self, request: Request) -> bool:
+        """Hold ``request``, return it (drained) or have it wait for its pace; whether it
+        goes on to the pool now."""
         if self.blocks(request):
             if self.drains(request):
                 self._return([request])
-                return None
-            with self._lock:
-                self._hold(request)
-            return None
-        if self._waits(request, time.monotonic()):
-            return None
-        return self._handler(request)
+            else:
+                with self._lock:
+                    self._hold(request)
+            return False
+        return not self._waits(request, time.monotonic())
 
     def _waits(self, request: Request, since: float) -> bool:
         """Whether ``request`` must wait for its ramp or limit (it then waits in the gate)."""
@@ -236,17 +243,16 @@ class Gate:
             self._started.add(request)
             return True
 
-    def target(self, request: Request) -> Target:
-        """Where ``request`` stands in every dimension of a scope."""
-        # Built as a plain tuple: a third of Target(...)'s cost, paid per request when paused.
-        labels = self._labels.read(request, self._read_labels) if self._read_labels else None
-        return _new_target(Target, (self._queue_of(request), request.name, self.hostname, labels))
-
     def blocks(self, request: Request) -> bool:
         scope = self._scope
         if not (scope.rules and scope.covers(self.target(request))):
             return False
-        return self._admits is None or not self._admits(request)
+        if self._admits is None:
+            return True
+        try:
+            return not self._admits(request)
+        except Exception:  # a message the policy cannot read is not admitted: it is held
+            return True
 
     def drains(self, request: Request) -> bool:
         """Whether this worker is taken off the request's queue by a worker-scoped hold."""
@@ -378,7 +384,7 @@ class Gate:
         else:
             return (InFlight("<unknown>", "<unknown>", None),)
         tasks = [
-            InFlight(req.id, req.name, self.target(req))
+            InFlight(text_of(req.id), text_of(req.name), self.target(req))
             for req in reserved
             if id(req) not in held and (not self.start_check or req in self._started)
         ]
