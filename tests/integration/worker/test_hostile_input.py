@@ -16,11 +16,14 @@ import time
 from pathlib import Path
 from typing import Any
 
+import redis
 from hypothesis import HealthCheck, Phase, example, given, settings
 from hypothesis import strategies as st
 
 import celery_pause
+from celery_pause import cli
 from celery_pause.model.content import label_value
+from support.cli import invoke
 from support.harness import AMQP_BROKER, Cluster, wait_for
 from support.hostile import values
 from support.proj import OTHER_TASK, RECORD_TASK, make_app
@@ -144,3 +147,34 @@ def _big(value: Any) -> bool:
 def _client(cluster: Cluster) -> dict[str, Any]:
     """What a second producer of ``cluster``'s app needs (its namespace, broker, no step)."""
     return {"namespace": cluster.namespace, "broker": cluster.broker, "install": False}
+
+
+def test_megabyte_label_values_leave_the_status_the_store_and_the_log_small(
+    redis_url: str, tmp_path: Path
+) -> None:
+    # Given a worker running two at once, with one task at once per tenant in force
+    cluster = Cluster(broker=redis_url, tmp=tmp_path, pause_labels=LABELS)
+    try:
+        worker = cluster.worker("w1", concurrency=2)
+        worker.wait_applied()
+        celery_pause.throttle(cluster.app, per="tenant", concurrency=1)
+
+        # When two tasks whose tenants are a megabyte each are sent, and one of them runs
+        for tenant in ("a", "b"):
+            cluster.send(tenant, 3.0, kwargs={"tenant_id": tenant * 1_000_000})
+        wait_for(lambda: cluster.records(), timeout=20, what="a task to start")
+
+        # Then neither status, nor the store, nor the worker's log holds the values
+        text = invoke(cluster.app, cli.pause, "status").stdout
+        document = invoke(cluster.app, cli.pause, "status", "--json").stdout
+        assert "<unreadable>" in text, text
+        assert len(text) < 10_000 and len(document) < 10_000, (len(text), len(document))
+        client = redis.Redis.from_url(redis_url)
+        keys = list(client.scan_iter(f"{cluster.app.conf.pause_key_prefix}*"))
+        stored = sum(client.memory_usage(key) or 0 for key in keys)
+        assert keys and stored < 50_000, stored
+        assert worker.log.stat().st_size < 100_000
+        # ... and both still run, one after the other (one value: unreadable)
+        wait_for(lambda: len(cluster.records()) == 2, timeout=20, what="the second task")
+    finally:
+        cluster.close()
