@@ -17,7 +17,7 @@ from celery import Celery
 
 import celery_pause
 
-pause_api = importlib.import_module("celery_pause.api.pause")  # the module, not the function
+pause_api = importlib.import_module("celery_pause.api.holding")  # where pause() writes, notifies
 
 
 @contextmanager
