@@ -13,6 +13,7 @@ import json
 import os
 import platform
 import shutil
+import signal
 import sys
 import tempfile
 import time
@@ -28,6 +29,8 @@ import kombu
 import redis
 from celery import Celery
 
+from celery_pause.errors import PauseError
+from celery_pause.stores import store_for
 from support.harness import ROOT, Worker, stop_all, wait_for
 from support.proj import RECORD_TASK, make_app
 from support.redis_server import RedisServer
@@ -121,8 +124,30 @@ class World:
         """Stop ``workers`` (at once: warm shutdown, SIGKILL after 20 s)."""
         stopping = list(workers)
         stop_all(stopping)
+        self._deregister_killed(stopping)
         for worker in stopping:
             self.workers.remove(worker)
+
+    def _deregister_killed(self, workers: Iterable[Worker]) -> None:
+        """Remove the reports of the workers whose warm shutdown was cut short (SIGKILL), as
+        that shutdown would have. Known dead, they would otherwise stay lost workers until
+        ``pause_forget_worker_after``, and every wait meanwhile would count them only
+        ``pause_lease`` into it (a loaded machine's runs slowed, not failed)."""
+        killed = [
+            w.hostname
+            for w in workers
+            if w.proc is not None and w.proc.returncode == -signal.SIGKILL
+        ]
+        if not killed:
+            return
+        try:
+            store = store_for(self.app)
+            for hostname in killed:
+                store.remove_worker(hostname)
+        except PauseError as exc:  # never in the way of stopping the rest (a run cut short)
+            log(f"warm shutdown cut short (SIGKILL): {', '.join(killed)}; not removed: {exc}")
+            return
+        log(f"warm shutdown cut short (SIGKILL), report removed: {', '.join(killed)}")
 
     # -- tasks and their records ----------------------------------------------------------
     def send(self, queue: str, count: int, duration: float = 0.0) -> None:

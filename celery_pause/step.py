@@ -2,16 +2,23 @@
 
 from __future__ import annotations
 
+import logging
+from typing import Any
+
 from celery import bootsteps
 
 from .breaker.step import BreakerStep
 from .http.step import HttpStep
+from .settings import config_for
 from .worker.apply import ApplyStep
 from .worker.monitor import MonitorStep
 
+logger = logging.getLogger(__name__)
+
 
 class PauseStep(bootsteps.Step):
-    """Brings every worker-side part of celery-pause along; does nothing itself.
+    """Brings every worker-side part of celery-pause along; itself it only warns, once at
+    worker start, of settings in force other than given (``PauseConfig.stretched``).
 
     Celery's blueprint adds each step named in ``requires``: the gate and the
     store thread (:class:`ApplyStep`), events and warnings (:class:`MonitorStep`),
@@ -22,3 +29,8 @@ class PauseStep(bootsteps.Step):
 
     label = "celery-pause"
     requires = (ApplyStep, MonitorStep, HttpStep, BreakerStep)
+
+    def __init__(self, parent: Any, **kwargs: Any) -> None:
+        super().__init__(parent, **kwargs)
+        for said in config_for(parent.app).stretched:
+            logger.warning("celery-pause: %s", said)

@@ -35,9 +35,11 @@ def place_hold(
     wait: bool,
     timeout: float,
     progress: Progress | None,
+    wait_for_lost: bool = False,
 ) -> PauseResult:
     """Write the hold ``placing`` asks for, tell the workers, record it, then wait if asked
-    (the steps :func:`pause` and :func:`~celery_pause.api.throttle.throttle` share)."""
+    (the steps :func:`pause` and :func:`~celery_pause.api.throttle.throttle` share); with
+    ``wait_for_lost``, for lost workers too."""
     if wait:
         timeout = check_timeout(timeout)
     store = store_for(app)
@@ -60,11 +62,17 @@ def place_hold(
     record(app, pause_entry(result.hold, result.generation, placed.replaced))
     if not wait:
         return result
-    return confirmed(app, result, placing.start_at, timeout, progress)
+    return confirmed(app, result, placing.start_at, timeout, progress, wait_for_lost=wait_for_lost)
 
 
 def confirmed(
-    app: Celery, result: PauseResult, start: float | None, timeout: float, progress: Progress | None
+    app: Celery,
+    result: PauseResult,
+    start: float | None,
+    timeout: float,
+    progress: Progress | None,
+    *,
+    wait_for_lost: bool = False,
 ) -> PauseResult:
     """``result`` with the workers that confirmed it: wait for a scheduled ``start``, then for
     quiet; :class:`PauseTimeout` (carrying ``result``) after ``timeout`` seconds."""
@@ -72,7 +80,9 @@ def confirmed(
     if start is not None:
         wait_for_start(app, start)
     try:
-        workers = wait_until_quiet(app, result.generation, timeout, watch, since=start)
+        workers = wait_until_quiet(
+            app, result.generation, timeout, watch, since=start, wait_for_lost=wait_for_lost
+        )
     except PauseTimeout as exc:
         raise PauseTimeout(exc.timeout, exc.busy, paused=result, silent=exc.silent) from None
     return replace(result, workers=tuple(workers))

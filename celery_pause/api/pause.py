@@ -9,6 +9,7 @@ from celery import Celery
 
 from ..model.placing import Placing
 from ..model.validation import (
+    Labels,
     check_beat,
     check_operator,
     check_reason,
@@ -30,7 +31,7 @@ def pause(
     queues: Iterable[str] | str | None = None,
     tasks: Iterable[str] | str | None = None,
     workers: Iterable[str] | str | None = None,
-    labels: Iterable[str] | str | None = None,
+    labels: Labels = None,
     resume_after: timedelta | float | None = None,
     resume_at: datetime | float | None = None,
     start_at: datetime | float | None = None,
@@ -41,6 +42,7 @@ def pause(
     progress: Progress | None = None,
     notify: bool = True,
     strict: bool = False,
+    wait_for_lost: bool = False,
 ) -> PauseResult:
     """Pause the tasks of ``queues``, named ``tasks``, on ``workers``: a hold on that scope.
 
@@ -58,7 +60,8 @@ def pause(
             while the rest of its queue flows.
         workers: The workers to pause (every one by default); patterns (``w1@*``) allowed.
         labels: Labels ``NAME=VALUE`` of the tasks to pause (every task by default), the
-            value exact or a pattern (``tenant=trial-*``); a task carries the labels of
+            value exact or a pattern (``tenant=trial-*``), or a mapping of each label to a
+            value or a list of values (``{"tenant": "acme"}``); a task carries the labels of
             ``pause_labels`` (a keyword argument or a message header). The scope is the
             intersection of ``queues``, ``tasks``, ``workers`` and ``labels``; a name that
             matches no registered task, no live worker or no configured label is recorded
@@ -77,7 +80,9 @@ def pause(
             time) instead of raising :class:`AlreadyPaused`.
         wait: Return only once every live worker (starting ones included) has applied the
             pause and runs no task of the paused scope; for a scheduled pause, wait for its
-            start first.
+            start first. A worker that stopped reporting before it confirmed is counted once
+            it surely fenced itself (silent for over ``pause_worker_ttl + pause_lease``): it
+            can start nothing, and :attr:`PauseResult.lost` names it.
         timeout: Seconds to wait with ``wait=True`` (counted from the start of a scheduled
             pause).
         progress: Called with the recorded pause and the live workers' reports at every
@@ -86,9 +91,13 @@ def pause(
             at their next poll (``pause_poll_interval``).
         strict: Refuse, writing nothing, a task or worker name that matches no task the app
             defines or no live worker (by default it is recorded with a warning).
+        wait_for_lost: With ``wait=True``, wait for lost workers too until they report
+            again and confirm (or are forgotten, ``pause_forget_worker_after``): for a caller
+            that needs the tasks they ran known finished. Always so with ``pause_lease = None``.
 
     Returns:
-        The recorded pause; with ``wait=True``, the workers that confirmed it.
+        The recorded pause; with ``wait=True``, the workers that confirmed it, and those
+        lost (:attr:`PauseResult.lost`: fenced, their tasks may still be finishing).
 
     Raises:
         AlreadyPaused: A manual hold overlaps the scope, and ``force`` is not set.
@@ -107,5 +116,12 @@ def pause(
         force=force,
     )
     return place_hold(
-        app, placing, notify=notify, strict=strict, wait=wait, timeout=timeout, progress=progress
+        app,
+        placing,
+        notify=notify,
+        strict=strict,
+        wait=wait,
+        timeout=timeout,
+        progress=progress,
+        wait_for_lost=wait_for_lost,
     )

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 
 from ..model.limit import Usage
 from ..model.ramp import Ramp
-from ..model.report import WorkerReport
+from ..model.report import WorkerReport, unconfirmed
 from ..model.scope import Scope, Target
 from ..model.state import Hold, PauseState
 
@@ -20,8 +20,21 @@ class PauseResult:
     generation: int
     replaced: tuple[Hold, ...]
     workers: tuple[WorkerReport, ...] = ()
+    """With ``wait=True``: the workers that confirmed, and those counted as :attr:`lost`."""
     warnings: tuple[str, ...] = ()
     """Names in the scope that match no known task or live worker (recorded all the same)."""
+
+    @property
+    def lost(self) -> tuple[WorkerReport, ...]:
+        """With ``wait=True``: the workers that stopped reporting before they confirmed, and
+        that the wait counted once they surely fenced themselves (silent for over
+        ``pause_worker_ttl + pause_lease``). They can start nothing, so nothing in the
+        scope starts anywhere; but a lost worker may be cut off rather than dead, and then
+        still runs the tasks it started before it fenced: at least those of its last
+        report (``running`` for a pause it had applied, else ``active`` counts them).
+        Empty when every worker confirmed (always without a wait, or with
+        ``wait_for_lost=True``)."""
+        return unconfirmed(self.workers, self.generation, self.hold.start_at)
 
 
 @dataclass(frozen=True)

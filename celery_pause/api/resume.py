@@ -12,7 +12,7 @@ from ..errors import InvalidInput
 from ..history import CANCEL, RESUME, record, resume_entry
 from ..model.lifting import Lifted, Lifting, lift
 from ..model.scope import Scope
-from ..model.validation import check_ramp, check_scope
+from ..model.validation import Labels, check_ramp, check_scope
 from ..settings import config_for
 from ..stores import Snapshot, store_for
 from .operator import default_operator
@@ -26,7 +26,7 @@ def resume(
     queues: Iterable[str] | str | None = None,
     tasks: Iterable[str] | str | None = None,
     workers: Iterable[str] | str | None = None,
-    labels: Iterable[str] | str | None = None,
+    labels: Labels = None,
     hold: str | None = None,
     force: bool = False,
     resumed_by: str | None = None,
@@ -49,7 +49,8 @@ def resume(
         queues: The queues to resume (every one by default).
         tasks: The task names to resume (every one by default); patterns allowed.
         workers: The workers to resume (every one by default); patterns allowed.
-        labels: The labels ``NAME=VALUE`` to resume (every task by default).
+        labels: The labels ``NAME=VALUE`` to resume (every task by default), or a mapping
+            (``{"tenant": "acme"}``), as :func:`~celery_pause.pause` takes them.
         hold: Lift exactly this hold (``pause status`` shows the ids) instead of a scope:
             a manual hold, active or scheduled (a breaker's with ``force``), or a
             maintenance window's current occurrence (ended early) or next one (skipped):

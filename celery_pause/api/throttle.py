@@ -10,6 +10,7 @@ from celery import Celery
 from ..errors import InvalidInput
 from ..model.placing import Placing
 from ..model.validation import (
+    Labels,
     check_limit,
     check_operator,
     check_reason,
@@ -33,7 +34,7 @@ def throttle(
     queues: Iterable[str] | str | None = None,
     tasks: Iterable[str] | str | None = None,
     workers: Iterable[str] | str | None = None,
-    labels: Iterable[str] | str | None = None,
+    labels: Labels = None,
     per: str | None = None,
     resume_after: timedelta | float | None = None,
     resume_at: datetime | float | None = None,
@@ -43,6 +44,7 @@ def throttle(
     progress: Progress | None = None,
     notify: bool = True,
     strict: bool = False,
+    wait_for_lost: bool = False,
 ) -> PauseResult:
     """Limit the tasks of ``queues``, named ``tasks``, on ``workers`` to a cluster-wide
     ``rate`` and/or ``concurrency``: a hold that slows its scope instead of stopping it.
@@ -62,23 +64,27 @@ def throttle(
         tasks: The task names or patterns to limit (every one by default).
         workers: The workers the limit applies on (every one by default); the limit is
             shared by all of them, not given to each.
-        labels: Labels ``NAME=VALUE`` of the tasks to limit (as :func:`~celery_pause.pause`).
+        labels: Labels ``NAME=VALUE`` of the tasks to limit, or a mapping
+            (``{"tenant": "acme"}``), as :func:`~celery_pause.pause` takes them.
         per: A label of ``pause_labels`` (``"tenant"``): the limit applies to each of its
             values apart, every tenant its own, a value seen first getting its own at once;
             a task without the label is not limited.
         resume_after: Lift the limit by itself that long after its start.
         resume_at: Lift it by itself at that time.
         start_at: Schedule the limit (as :func:`~celery_pause.pause`).
-        wait: Return only once every live worker applied the limit.
+        wait: Return only once every live worker applied the limit (a lost worker counted
+            once it surely fenced itself, as for :func:`~celery_pause.pause`).
         timeout: Seconds to wait with ``wait=True``.
         progress: Called with the recorded limit and the live workers' reports at every
             poll of the wait.
         notify: Broadcast ``pause_refresh``; with ``False`` workers learn of it at their
             next poll.
         strict: Refuse a task or worker name that matches nothing known (as ``pause``).
+        wait_for_lost: With ``wait=True``, wait for lost workers too (as ``pause``).
 
     Returns:
-        The recorded limit (``result.hold.limit``), and the manual limit it replaced.
+        The recorded limit (``result.hold.limit``), and the manual limit it replaced; with
+        ``wait=True`` the workers that applied it, and those lost (``result.lost``).
 
     Raises:
         InvalidInput: Neither ``rate`` nor ``concurrency``, or either out of bounds (a rate
@@ -103,5 +109,12 @@ def throttle(
             f"(labels: {known}): a task carries no such label, so nothing would be limited"
         )
     return place_hold(
-        app, placing, notify=notify, strict=strict, wait=wait, timeout=timeout, progress=progress
+        app,
+        placing,
+        notify=notify,
+        strict=strict,
+        wait=wait,
+        timeout=timeout,
+        progress=progress,
+        wait_for_lost=wait_for_lost,
     )

@@ -6,8 +6,9 @@ whose own callback pauses; its sub-commands (``status``) report. Add one with
 
 Exit codes: 0 done; 1 refused or failed (already paused, store unreachable,
 not configured); 2 usage error or an unusable ``pause_windows`` entry; 3 pause
-recorded but not confirmed by ``--wait`` in time; 130 interrupted while waiting
-(the pause stays).
+recorded but not confirmed by ``--wait`` in time; 4 confirmed by ``--wait`` but
+for lost workers, fenced (nothing in scope starts; their tasks may still be
+finishing); 130 interrupted while waiting (the pause stays).
 """
 
 from __future__ import annotations
@@ -42,7 +43,7 @@ from ..model.scope import NAMES, Scope
 from ..model.state import BEAT_POLICIES
 from ..settings import config_for, setting_name
 from .init_store import init_store
-from .live import LiveProgress
+from .live import LiveProgress, confirmed_line, lost_lines
 from .params import (
     DateTime,
     Duration,
@@ -58,6 +59,7 @@ from .serve import serve
 
 EXIT_USAGE = 2
 EXIT_UNCONFIRMED = 3
+EXIT_LOST = 4
 EXIT_INTERRUPTED = 130
 STATE_COLOURS = {RUNNING: "green", PAUSED: "red"}
 
@@ -130,7 +132,7 @@ def operator_errors(ctx: click.Context) -> Iterator[None]:
 # -- pause --------------------------------------------------------------------------------------
 PAUSE_OPTIONS = (
     "reason", "by", *NAMES, "resume_after", "resume_at", "start_at", "beat",
-    "force", "strict", "wait", "timeout",
+    "force", "strict", "wait", "timeout", "wait_for_lost",
 )  # fmt: skip
 
 
@@ -179,6 +181,12 @@ PAUSE_OPTIONS = (
     callback=check_timeout,
     metavar="SECONDS", help="How long --wait waits before giving up (exit code 3).",
 )  # fmt: skip
+@click.option(
+    "--wait-for-lost", is_flag=True,
+    help="With --wait: also wait for lost workers (stopped reporting) until they report again "
+    "and confirm. Without it such a worker counts once it has surely fenced itself "
+    "(pause_worker_ttl + pause_lease), and the exit code is 4.",
+)  # fmt: skip
 @click.pass_context
 def pause(
     ctx: click.Context,
@@ -193,6 +201,7 @@ def pause(
     strict: bool,
     wait: bool,
     timeout: float,
+    wait_for_lost: bool,
     **scope: list[str] | None,
 ) -> None:
     """Pause task processing: every task on every worker, or the -Q queues, the --tasks
@@ -219,8 +228,7 @@ def pause(
         raise click.UsageError(
             "--resume-after and --resume-at cannot be used together: give one", ctx
         )
-    if "timeout" in given and not wait:
-        raise click.UsageError("--timeout applies only with --wait", ctx)
+    check_wait_options(ctx, given, wait=wait)
     if start_at is not None and resume_at is not None and resume_at <= start_at:
         raise click.UsageError("--resume-at must come after --start-at", ctx)
 
@@ -245,6 +253,7 @@ def pause(
                 wait=wait,
                 timeout=timeout,
                 progress=progress,
+                wait_for_lost=wait_for_lost,
             )
         except PauseTimeout as exc:
             progress.close()
@@ -261,6 +270,13 @@ def pause(
         confirmations(ctx, result, waited=wait)
 
 
+def check_wait_options(ctx: click.Context, given: list[str], *, wait: bool) -> None:
+    """Refuse ``--timeout`` and ``--wait-for-lost`` without ``--wait``."""
+    for name in ("timeout", "wait_for_lost"):
+        if name in given and not wait:
+            raise click.UsageError(f"{flag_of(ctx, name)} applies only with --wait", ctx)
+
+
 def names(scope: dict[str, list[str] | None]) -> dict[str, Any]:
     """The names given per dimension, as keyword arguments of the Python API."""
     return {name: scope[name] for name in NAMES}
@@ -270,7 +286,7 @@ def confirmations(
     ctx: click.Context, result: PauseResult, *, waited: bool, what: str = "pause"
 ) -> None:
     """Say who confirmed the pause (or limit), or warn that no live worker is there to
-    apply it."""
+    apply it; after a wait that counted lost workers, name them and exit 4."""
     warning = ctx.obj.style("Warning:", fg="yellow", bold=True)
     for text in result.warnings:
         ctx.obj.error(f"{warning} {printable(text)}.")
@@ -283,9 +299,13 @@ def confirmations(
             f"recorded: workers that start later {later}."
         )
     elif waited:
-        count = len(workers)
-        done = "nothing in scope is running" if what == "pause" else "the limit is in force"
-        ctx.obj.echo(f"Confirmed by {count} worker{'s' if count != 1 else ''}: {done}.")
+        ctx.obj.echo(confirmed_line(result, what))
+        if result.lost:
+            first, *rest = lost_lines(result, app_hint(ctx), what)
+            ctx.obj.error(f"{warning} {printable(first)}")
+            for line in rest:
+                ctx.obj.error(printable(line))
+            ctx.exit(EXIT_LOST)
 
 
 @pause.command(cls=CeleryCommand)

@@ -320,6 +320,8 @@ def workers_lines(status: ClusterStatus) -> list[str]:
                 parts.append(f"prefetched {max(prefetched, report.held)} ({report.held} held)")
             if report.ramping:
                 parts.append(f"waiting for ramp {report.ramping}")
+            if report.readded:
+                parts.append(f"consumes paused {', '.join(report.readded)} (consumer added)")
         if report.pool and report.pool != "prefork":
             parts.append(f"pool {report.pool}")
         parts.append(f"seen {max(0.0, status.now - report.seen):.1f}s ago")

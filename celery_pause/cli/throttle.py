@@ -66,6 +66,11 @@ def check_rate(ctx: click.Context, param: click.Parameter, value: str | None) ->
     "--timeout", type=click.FloatRange(min=0, min_open=True), default=30.0, show_default=True,
     callback=check_timeout, metavar="SECONDS", help="How long --wait waits (exit code 3).",
 )  # fmt: skip
+@click.option(
+    "--wait-for-lost", is_flag=True,
+    help="With --wait: also wait for lost workers until they report again (else exit 4 once "
+    "they have surely fenced themselves).",
+)  # fmt: skip
 @click.pass_context
 def throttle(
     ctx: click.Context,
@@ -81,6 +86,7 @@ def throttle(
     strict: bool,
     wait: bool,
     timeout: float,
+    wait_for_lost: bool,
     **scope: list[str] | None,
 ) -> None:
     """Limit task processing instead of stopping it: every task, or the -Q queues, the
@@ -94,6 +100,8 @@ def throttle(
         raise click.UsageError("give --rate (e.g. 10/s), --concurrency (e.g. 3), or both", ctx)
     if resume_after is not None and resume_at is not None:
         raise click.UsageError("--resume-after and --resume-at cannot be used together", ctx)
+    if wait_for_lost and not wait:
+        raise click.UsageError("--wait-for-lost applies only with --wait", ctx)
     app: Celery = ctx.obj.app
     progress = LiveProgress(
         stream=sys.stdout, tty=sys.stdout.isatty(), heading=throttle_lines, what="limit"
@@ -115,6 +123,7 @@ def throttle(
                 wait=wait,
                 timeout=timeout,
                 progress=progress if wait else None,
+                wait_for_lost=wait_for_lost,
             )
         except PauseTimeout as exc:
             progress.close()

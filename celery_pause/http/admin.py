@@ -315,15 +315,19 @@ def _times(body: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def _names(body: dict[str, Any], key: str) -> list[str] | None:
-    """A list of names, or a comma-separated string as on the command line; empty means all."""
+def _names(body: dict[str, Any], key: str) -> list[str] | dict[str, Any] | None:
+    """A list of names, or a comma-separated string as on the command line; labels also as
+    an object (``{"tenant": "acme"}``, checked as the Python API checks it); empty means all."""
     value = body.get(key)
-    if value is None or value == "" or value == []:
+    if value is None or value == "" or value == [] or value == {}:
         return None
+    if key == "labels" and isinstance(value, dict):
+        return value
     if isinstance(value, str):
         value = value.split(",")
     if not isinstance(value, list) or not all(isinstance(q, str) for q in value):
-        raise InvalidInput(f"{key} must be a list of names or a comma-separated string")
+        also = ", an object of label names to values" if key == "labels" else ""
+        raise InvalidInput(f"{key} must be a list of names{also} or a comma-separated string")
     return value
 
 

@@ -63,6 +63,9 @@ class WorkerReport:
     silent: float = 0.0
     """Seconds since the report was written, once more than ``pause_worker_ttl``: the
     worker lost contact (set by :func:`known`; a worker writes 0)."""
+    readded: tuple[str, ...] = ()
+    """Queues it holds whole yet consumes: an operator added a consumer while paused
+    (``celery control add_consumer``), so their messages are fetched to wait in its gate."""
 
     def quiet_for(self, generation: int, since: float | None = None) -> bool:
         """Whether this worker applied ``generation`` (or later), as the state stood at
@@ -113,6 +116,7 @@ class WorkerReport:
             "pool_problem": self.pool_problem or None,
             "as_of": self.as_of,
             "silent": self.silent,
+            "readded_queues": list(self.readded),
         }
 
     def _paused_json(self) -> list[str] | None:
@@ -173,6 +177,7 @@ class WorkerReport:
                     _whole(data.get("ramping", 0)),
                     _real(data.get("as_of", 0.0)),
                     0.0,
+                    _texts(data.get("readded", [])),
                 ),
             )
         except UNREADABLE:
@@ -238,7 +243,7 @@ def known(
 
     A worker that stopped reporting is shown and waited for, not dropped: it may be
     cut off from the store and still start tasks of a pause it has not read, until
-    its lease runs out.
+    its lease runs out (:func:`fenced`).
     """
     found = []
     for report in reports:
@@ -249,3 +254,30 @@ def known(
             found.append(replace(report, silent=age))
     found.sort(key=attrgetter("hostname"))
     return found
+
+
+def fenced(report: WorkerReport, *, ttl: float, lease: float | None, waited: float) -> bool:
+    """Whether the worker of ``report``, lost, surely fenced itself: it can start nothing of
+    a state written before a wait that has lasted ``waited`` seconds (the waiter's clock).
+
+    Two things must hold. It has been silent for over ``ttl + lease`` seconds: given up
+    on as lost, not a slow worker about to report. And ``waited`` reached ``lease``: a
+    worker that still starts tasks renewed its lease by a read begun within the last
+    ``lease`` seconds, after the state was written, so it read that state and applies it.
+    Silence alone does not prove this: a worker whose reports fail while its reads work
+    keeps its lease. With no lease (``pause_lease = None``) nothing is ever fenced.
+    """
+    return lease is not None and report.silent > ttl + lease and waited >= lease
+
+
+def unconfirmed(
+    workers: Iterable[WorkerReport], generation: int, since: float | None = None
+) -> tuple[WorkerReport, ...]:
+    """The reports among ``workers`` (a wait's outcome) of workers that stopped reporting
+    before they confirmed ``generation``: not quiet for it, or reporting a higher one (from
+    before a repair of the state, or of a later change)."""
+    return tuple(
+        w
+        for w in workers
+        if w.silent and (not w.quiet_for(generation, since) or w.generation > generation)
+    )

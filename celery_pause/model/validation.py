@@ -9,7 +9,7 @@ from __future__ import annotations
 import itertools
 import math
 import re
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
@@ -30,6 +30,10 @@ MAX_NAMES = 100
 MAX_NAME = 200
 MAX_REASON = 1000
 MAX_OPERATOR = 200
+LabelValue = str | int
+Labels = Mapping[str, LabelValue | Sequence[LabelValue]] | Iterable[str] | str | None
+"""Labels as a caller gives them: ``NAME=VALUE`` texts (``["tenant=acme"]``), or a mapping
+of each name to a value or pattern, or to a list or tuple of them (:func:`label_texts`)."""
 
 
 def parse_duration(text: str) -> timedelta:
@@ -113,9 +117,13 @@ def check_scope(given: Mapping[str, Any]) -> Scope:
     return Scope.of_names({d.name: check_dimension(d, given.get(d.name)) for d in DIMENSIONS})
 
 
-def check_dimension(dimension: Dimension, names: Iterable[str] | str | None) -> list[str] | None:
+def check_dimension(dimension: Dimension, names: Labels) -> list[str] | None:
     """The names given in ``dimension`` (:func:`check_names`), each of its form if it has
-    one (a label is ``NAME=VALUE``)."""
+    one (a label is ``NAME=VALUE``); labels may be given as a mapping (:func:`label_texts`)."""
+    if isinstance(names, Mapping):
+        if dimension.name != "labels":
+            raise InvalidInput(f"{dimension.name} must be a name or a list of names, not a dict")
+        names = label_texts(names)
     checked = check_names(names, dimension.singular)
     form = dimension.form
     for name in checked or ():
@@ -124,6 +132,28 @@ def check_dimension(dimension: Dimension, names: Iterable[str] | str | None) -> 
                 f"{dimension.singular} must be {dimension.shown}, got {ascii(name)[:80]}"
             )
     return checked
+
+
+def label_texts(labels: Mapping[Any, Any]) -> list[str]:
+    """``{"tenant": "acme"}`` as ``["tenant=acme"]``: each name to a value or pattern, or
+    to a list or tuple of them (a whole number counts by its text, as a task's label does);
+    a task carrying any one is covered, as with the list form."""
+    texts: list[str] = []
+    for name, given in labels.items():
+        if not isinstance(name, str) or not LABEL_NAME.match(name):
+            raise InvalidInput(f"not a label name (like tenant, env.stage): {ascii(name)[:80]}")
+        for value in (given if isinstance(given, (list, tuple)) else (given,)) or ("",):
+            if isinstance(value, bool) or not isinstance(value, (str, int)):
+                raise InvalidInput(
+                    f"label {name!r}: a value is a string or a whole number (or a list or "
+                    f"tuple of them), got {type(value).__name__}"
+                )
+            if not str(value).strip():
+                raise InvalidInput(f"label {name!r} has no value")
+            if len(texts) == MAX_NAMES:
+                raise InvalidInput(f"at most {MAX_NAMES} labels at once, got more than that")
+            texts.append(f"{name}={value}")
+    return texts
 
 
 def check_reason(reason: str | None) -> str | None:

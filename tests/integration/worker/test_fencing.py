@@ -81,7 +81,7 @@ def test_a_worker_cut_off_from_the_store_fences_and_the_wait_names_it(
             proxy.blackhole()
             called = time.time()
             with pytest.raises(PauseTimeout) as caught:
-                celery_pause.pause(cluster.app, wait=True, timeout=3 * LEASE)
+                celery_pause.pause(cluster.app, wait=True, timeout=3 * LEASE, wait_for_lost=True)
             timed_out = time.time()
 
             # Then the wait does not confirm without w2: it names it as lost, and so does status
@@ -127,7 +127,7 @@ def test_a_worker_frozen_past_its_lease_starts_nothing_when_thawed(
         stopped = time.time()
         try:
             with pytest.raises(PauseTimeout) as caught:
-                celery_pause.pause(cluster.app, wait=True, timeout=3 * LEASE)
+                celery_pause.pause(cluster.app, wait=True, timeout=3 * LEASE, wait_for_lost=True)
 
             # Then the wait names it as lost rather than confirming without it
             assert set(caught.value.silent) == {frozen.hostname}, caught.value

@@ -127,3 +127,39 @@ def finished(cluster: Cluster, count: int) -> dict[str, float] | None:
     raw = cluster.records_client.lrange(cluster.finished_key, 0, -1)
     ends = {entry["id"]: entry["finished"] for entry in map(json.loads, raw)}
     return ends if len(ends) >= count else None
+
+
+@pytest.fixture
+def redis_tenant_cluster(redis_url: str, tmp_path: Path) -> Iterator[Cluster]:
+    """``tenant_cluster`` on the Redis broker only."""
+    cluster = Cluster(broker=redis_url, tmp=tmp_path, pause_labels=LABELS)
+    yield cluster
+    cluster.close()
+
+
+def test_a_tenant_paused_by_a_mapping_is_held_while_another_runs(
+    redis_tenant_cluster: Cluster,
+) -> None:
+    # Given a prefork worker and tasks of tenants A and B
+    cluster = redis_tenant_cluster
+    worker = cluster.worker("w1", concurrency=2)
+    worker.wait_applied()
+
+    # When A is paused with its label given as a mapping, and waited for
+    result = celery_pause.pause(cluster.app, labels={"tenant": "A"}, wait=True, timeout=20)
+    a_ids = [send(cluster, "A", f"A{i}") for i in range(10)]
+    b_ids = [send(cluster, "B", f"B{i}") for i in range(10)]
+
+    # Then the hold is A's label, B's tasks all ran and A's are held in the gate, none started
+    assert result.hold.scope.rule.labels == {"tenant=A"}
+    assert {w.hostname for w in result.workers} == {worker.hostname}
+    wait_for(lambda: len(of(cluster, "B")) == 10, timeout=20, what="B's tasks")
+    wait_for(lambda: worker.wait_applied().held == 10, timeout=20, what="A's tasks held")
+    assert not of(cluster, "A"), "a task of the paused tenant started"
+
+    # When A is resumed by the same mapping, Then each of A's tasks ran once, after it
+    resumed_at = time.time()
+    celery_pause.resume(cluster.app, labels={"tenant": "A"})
+    records = cluster.wait_records(20)
+    assert sorted(r["id"] for r in records) == sorted(a_ids + b_ids)
+    assert all(r["started"] >= resumed_at for r in of(cluster, "A"))

@@ -249,6 +249,7 @@ def test_status_json_schema() -> None:
             "pool_problem": None,
             "as_of": 0.0,
             "silent": 0.0,
+            "readded_queues": [],
         }
     ]
     assert doc["totals"] == {
