@@ -1,6 +1,10 @@
 """Remote commands: ``pause_refresh`` (re-read the state now; sent by every pause and
 resume) and ``inspect pause_state`` (what a worker applies, holds and runs).
 
+Neither reaches a worker with ``worker_enable_remote_control = False``, nor any worker of
+a broker without fanout (SQS): there :func:`notify_workers` relies on the store's own
+notifications (``pause_store_notify``), and on each worker's poll of the store.
+
 They read what the apply step put on the consumer: ``pause_sync`` (the store thread)
 and ``pause_state`` (the worker's :class:`~celery_pause.worker.state.WorkerState`).
 """
@@ -12,6 +16,9 @@ from typing import Any, cast
 
 from celery import Celery
 from celery.worker.control import control_command, inspect_command, nok, ok
+
+from .settings import config_for
+from .stores import store_for
 
 logger = logging.getLogger(__name__)
 
@@ -39,8 +46,20 @@ def pause_state(state: Any) -> dict[str, Any]:
 
 
 def notify_workers(app: Celery) -> None:
-    """Ask every connected worker to re-read the state now (polling covers a miss)."""
+    """Ask every connected worker to re-read the state now (polling covers a miss): through
+    the store's notifications (:meth:`~celery_pause.stores.Store.notify`, Redis pub/sub) when
+    ``pause_store_notify`` is on, and Celery's broadcast where the broker has one."""
     try:
-        app.control.broadcast(REFRESH, reply=False)
+        if config_for(app).store_notify:
+            store_for(app).notify()
+        if has_broadcast(app):
+            app.control.broadcast(REFRESH, reply=False)
     except Exception as exc:
         logger.warning("celery-pause: could not notify workers (%s); they poll instead", exc)
+
+
+def has_broadcast(app: Celery) -> bool:
+    """Whether the broker's transport has fanout exchanges, which Celery's remote control
+    needs (SQS has none: its workers never start remote control)."""
+    with app.connection_for_write() as connection:
+        return bool(connection.transport.implements.exchange_type >= {"fanout"})

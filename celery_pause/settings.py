@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -42,6 +43,7 @@ DEFAULTS: dict[str, Any] = {
     "pause_ramp_peak": 100.0,
     "pause_readyz_when_paused": "fail",
     "pause_labels": None,
+    "pause_store_notify": True,
 }
 READYZ_WHEN_PAUSED = ("fail", "report")
 """``/readyz`` of a fully paused worker: 503 (``fail``), or 200 saying so (``report``)."""
@@ -84,6 +86,12 @@ class PauseConfig:
     labels: dict[str, str] = field(default_factory=dict)
     """Label name to the keyword argument of a task it is read from (a message header of the
     label's name works too)."""
+    stretched: tuple[str, ...] = ()
+    """What the worker says at start of a lease or worker TTL given under three poll
+    intervals: each is stretched to three (two missed polls must not expire it)."""
+    store_notify: bool = DEFAULTS["pause_store_notify"]
+    """Whether changes are also pushed through the store's own notifications (Redis
+    pub/sub), beside Celery's broadcast; stores without them poll only."""
 
     @classmethod
     def from_app(cls, app: Celery) -> PauseConfig:
@@ -96,10 +104,18 @@ class PauseConfig:
         options = "pause_store_transport_options" if given else "broker_transport_options"
         beat_default = read.beat("pause_beat_default")
         warn_after = read.values["pause_warn_after"]
-        worker_ttl = max(read.positive("pause_worker_ttl"), 3 * poll_interval)
-        lease = None if read.values["pause_lease"] is None else read.positive("pause_lease")
-        lease = None if lease is None else max(lease, 3 * poll_interval)
+        least = 3 * poll_interval
+        given_ttl = read.positive("pause_worker_ttl")
+        given_lease = None if read.values["pause_lease"] is None else read.positive("pause_lease")
+        worker_ttl = max(given_ttl, least)
+        lease = None if given_lease is None else max(given_lease, least)
         silent = worker_ttl + (lease or 0.0)
+        three = f"three poll intervals ({read.name('pause_poll_interval')} {poll_interval:g} s)"
+        stretched = tuple(
+            f"{read.name(key)} {value:g} s is shorter than {three}: {least:g} s is in force"
+            for key, value in (("pause_lease", given_lease), ("pause_worker_ttl", given_ttl))
+            if value is not None and value < least
+        )
         return cls(
             store_url=str(given or _broker_url(app)),
             store_from_broker=not given,
@@ -128,6 +144,8 @@ class PauseConfig:
             windows=parse_windows(
                 read.values["pause_windows"], app, beat_default, read.name("pause_windows")
             ),
+            stretched=stretched,
+            store_notify=read.flag("pause_store_notify"),
         )
 
 
@@ -160,6 +178,12 @@ class _Reader:
 
     def options(self, key: str) -> dict[str, Any]:
         return check_options(self.name(key), self.app.conf.get(key), error=ConfigurationError)
+
+    def flag(self, key: str) -> bool:
+        value = self.values[key]
+        if not isinstance(value, bool):
+            raise ConfigurationError(f"{self.name(key)} must be True or False, got {value!r}")
+        return value
 
     def beat(self, key: str) -> str:
         return self.choice(key, BEAT_POLICIES)
@@ -200,9 +224,39 @@ def _broker_url(app: Celery) -> str:
 
 
 def _bounded_hold(app: Celery, max_hold: float) -> float:
-    """Keep held messages well inside Redis's visibility timeout."""
+    """Keep held messages well inside the visibility timeout of every queue the worker
+    consumes (a quarter of the smallest: :func:`smallest_visibility`)."""
     options = app.conf.broker_transport_options or {}
-    visibility = options.get("visibility_timeout")
+    visibility = smallest_visibility(options, _consumed(app, options))
     if visibility:
-        return min(max_hold, float(visibility) / 4)
+        return min(max_hold, visibility / 4)
     return max_hold
+
+
+def smallest_visibility(options: Mapping[str, Any], consumed: Iterable[str]) -> float | None:
+    """The smallest visibility timeout (seconds) of the queues ``consumed``: the broker's
+    ``visibility_timeout`` transport option, or a queue's own in SQS ``predefined_queues``
+    (``{"name": {"url": ..., "visibility_timeout": 30}}``); ``None`` if none is set."""
+    found = [options.get("visibility_timeout")]
+    predefined = options.get("predefined_queues") or {}
+    if isinstance(predefined, Mapping):
+        for name in consumed:
+            queue = predefined.get(name)
+            if isinstance(queue, Mapping):
+                found.append(queue.get("visibility_timeout"))
+    timeouts = [float(value) for value in found if value not in (None, "") and float(value) > 0]
+    return min(timeouts) if timeouts else None
+
+
+def _consumed(app: Celery, options: Mapping[str, Any]) -> list[str]:
+    """The queues this process consumes (``-Q``, else all the app knows) among SQS's
+    ``predefined_queues``; every predefined queue if none of them is named."""
+    predefined = options.get("predefined_queues") or {}
+    if not isinstance(predefined, Mapping) or not predefined:
+        return []
+    try:
+        names = [queue.name for queue in app.amqp.queues.consume_from.values()]
+    except Exception:  # an app whose queues cannot be built: bound by every queue
+        names = []
+    named = [name for name in names if name in predefined]
+    return named or list(predefined)

@@ -174,6 +174,16 @@ class Store(ABC):
     def close(self) -> None:  # noqa: B027  (optional hook)
         """Release connections or files."""
 
+    def notify(self) -> None:  # noqa: B027  (optional hook)
+        """Tell every worker that :meth:`listen` s that the state changed (after a write);
+        a store without notifications does nothing, its workers poll. Never raises."""
+
+    def listen(self, callback: Callable[[], None]) -> Callable[[], None] | None:
+        """Call ``callback`` from a thread of the store's own on each :meth:`notify` of any
+        process (and after each reconnect, as one may have been missed); return what stops
+        it, or ``None``: this store has no notifications (the default), the worker polls."""
+        return None
+
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.display_url} prefix={self.prefix!r}>"
 

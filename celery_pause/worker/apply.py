@@ -91,7 +91,13 @@ class ApplyStep(bootsteps.StartStopStep):
             SlotCheck(c.controller, self.gate)
         if self.pool.problem:
             logger.error("celery-pause: %s", self.pool.problem)
-        self.state = WorkerState(hostname=c.hostname, pool=self.pool, gate=self.gate, clock=clock)
+        self.state = WorkerState(
+            hostname=c.hostname,
+            pool=self.pool,
+            gate=self.gate,
+            clock=clock,
+            listening=lambda: listening(c),
+        )
         self.sync = StoreSync(store=self.store, config=self.config, worker=self)
         self.limits = LimitKeeper(
             store=self.store,
@@ -120,9 +126,23 @@ class ApplyStep(bootsteps.StartStopStep):
         # yet, so the consumers can be set to match the gate safely.
         self.apply(applied)
         if not self.sync.is_alive():
+            self._say_how_pushed(c, self.sync.listen())
             self.sync.start()
         else:
             self.sync.refresh()
+
+    def _say_how_pushed(self, c: Consumer, notified: bool) -> None:
+        """Once at start, when Celery's broadcast cannot reach this worker (remote control
+        off, or a broker without fanout: SQS), how fast a pause arrives instead."""
+        if c.app.conf.worker_enable_remote_control and c.conninfo.supports_exchange_type("fanout"):
+            return
+        logger.log(
+            logging.INFO if notified else logging.WARNING,
+            "celery-pause: remote control is off (or the broker has no broadcast): pauses "
+            "arrive by polling the store every %g s%s",
+            self.config.poll_interval,
+            " or by the store's notifications" if notified else "",
+        )
 
     def _initial_state(self) -> Applied:
         """The state to start under; every queue held if the store cannot be read."""
@@ -337,3 +357,12 @@ class ApplyStep(bootsteps.StartStopStep):
                 returned,
                 self.config.max_hold,
             )
+
+
+def listening(c: Consumer) -> tuple[str, ...]:
+    """The queues ``c`` consumes now (read off the loop: a change meanwhile reads as none)."""
+    consumer = c.task_consumer
+    try:
+        return tuple(q.name for q in consumer.queues) if consumer is not None else ()
+    except RuntimeError:  # the loop changed them while this read
+        return ()

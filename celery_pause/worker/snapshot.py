@@ -13,7 +13,7 @@ from typing import Any
 
 from ..model.ramp import Ramp
 from ..model.report import APPLIED, STARTING, WorkerReport
-from ..model.scope import EVERYTHING, NOTHING, Scope
+from ..model.scope import EVERYTHING, NOTHING, Scope, Target
 from ..model.state import Hold
 from .pools import PoolSupport
 from .view import GateFigures, InFlight, WorkerView, breakers_in
@@ -68,6 +68,9 @@ class WorkerSnapshot:
     """Circuit breakers whose agent runs on this worker."""
     consumed: tuple[str, ...]
     """The queues the worker consumes (empty before it started)."""
+    listening: tuple[str, ...]
+    """The queues its consumer consumes now: those it consumes less the ones it stopped for a
+    hold, plus any an operator added since (``celery control add_consumer``)."""
     store_ok: bool
     """Whether the last read of the store worked."""
     gate: GateFigures
@@ -124,6 +127,16 @@ class WorkerSnapshot:
             pool=self.pool.name,
             pool_problem=self.pool.problem,
             as_of=self.as_of,
+            readded=self.readded(enforced.scope if enforced is not None else None),
+        )
+
+    def readded(self, scope: Scope | None) -> tuple[str, ...]:
+        """Queues ``scope`` holds whole that the consumer consumes all the same: an operator
+        added a consumer while paused, so their messages are fetched to wait in the gate."""
+        if not scope:
+            return ()
+        return tuple(
+            q for q in self.listening if scope.covers(Target(queue=q, worker=self.hostname))
         )
 
     def view(

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 from celery.worker import state as worker_state
 
@@ -42,7 +42,15 @@ class StoreClock:
 class WorkerState:
     """What one worker has applied and read, under one lock; its gate's figures on demand."""
 
-    def __init__(self, *, hostname: str, pool: PoolSupport, gate: Gate, clock: StoreClock) -> None:
+    def __init__(
+        self,
+        *,
+        hostname: str,
+        pool: PoolSupport,
+        gate: Gate,
+        clock: StoreClock,
+        listening: Callable[[], tuple[str, ...]] = tuple,
+    ) -> None:
         """Nothing applied or read yet.
 
         Parameters:
@@ -50,11 +58,13 @@ class WorkerState:
             pool: How the gate holds tasks on the worker's pool.
             gate: The worker's gate (read for the snapshot only).
             clock: The store's clock, set at every read.
+            listening: The queues the consumer consumes now (read for the snapshot only).
         """
         self.hostname = hostname
         self.pool = pool
         self.clock = clock
         self._gate = gate
+        self._listening = listening
         self._lock = threading.Lock()
         self._applied: Applied | None = None
         self._newest: Delivered | None = None
@@ -204,6 +214,7 @@ class WorkerState:
             as_of=as_of,
             breakers=breakers,
             consumed=consumed,
+            listening=self._listening(),
             store_ok=store_ok,
             gate=self._gate.figures(),
             in_flight=self._gate.in_flight() if tasks and paused else (),

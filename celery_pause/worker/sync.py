@@ -2,7 +2,8 @@
 
 Store I/O never runs on the consumer's event loop. The thread reads the state
 every ``pause_poll_interval`` seconds (or at once when told by the
-``pause_refresh`` broadcast) and again exactly when a hold starts or ends (a
+``pause_refresh`` broadcast or by the store's notifications, :meth:`StoreSync.listen`)
+and again exactly when a hold starts or ends (a
 scheduled pause, a maintenance window's occurrence, an auto-resume), adds the
 app's maintenance windows to what it read, hands changes to the loop, and
 publishes the worker's report: on change, right after a hold started or ended,
@@ -23,6 +24,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Protocol
 
@@ -111,6 +113,7 @@ class StoreSync(threading.Thread):
         self.recall = Recall(
             store=store, config=config, hostname=lambda: worker.snapshot().hostname
         )
+        self._unlisten: Callable[[], None] | None = None
 
     # -- called from other threads ------------------------------------------------
     def refresh(self) -> None:
@@ -122,7 +125,16 @@ class StoreSync(threading.Thread):
         """The loop applied a change: publish the report at once."""
         self._wake.set()
 
+    def listen(self) -> bool:
+        """Have the store's notifications (``pause_store_notify``) call :meth:`refresh`;
+        whether the store has them (else only the poll and the broadcast read early)."""
+        if self.config.store_notify and self._unlisten is None:
+            self._unlisten = self.store.listen(self.refresh)
+        return self._unlisten is not None
+
     def stop(self) -> None:
+        if self._unlisten is not None:
+            self._unlisten()
         self._stopping.set()
         self._wake.set()
         if self.is_alive() and threading.current_thread() is not self:

@@ -116,7 +116,8 @@ function render(doc) {
   ]));
   fill("workers", doc.workers.map((w) => [
     w.hostname, w.state, w.generation, scope(w.paused_queues), w.running.length, w.held,
-    w.ramping, Math.max(0, doc.now - w.seen).toFixed(1) + "s ago",
+    w.ramping, (w.readded_queues || []).join(", ") || "—",
+    Math.max(0, doc.now - w.seen).toFixed(1) + "s ago",
   ]));
   fill("queues", doc.queues.map((q) => [
     q.name, q.waiting === null ? "?" : q.waiting,

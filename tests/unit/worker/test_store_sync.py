@@ -37,6 +37,7 @@ class EndingWorker:
             as_of=0.0,
             breakers=(),
             consumed=(),
+            listening=(),
             store_ok=True,
             gate=GateFigures(
                 scope=PAUSED.scope,
