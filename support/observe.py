@@ -59,3 +59,15 @@ def per_second(starts: list[float], since: float, until: float) -> list[int]:
         if since <= t < since + seconds:
             counts[int(t - since)] += 1
     return counts
+
+
+def most_within(starts: Sequence[float], seconds: float = 1.0) -> int:
+    """The most of ``starts`` in any window of ``seconds`` (half-open, sliding: each window
+    opens at a start, which is where the most a window can hold are found)."""
+    ordered = sorted(starts)
+    most = end = 0
+    for begin, at in enumerate(ordered):
+        while end < len(ordered) and ordered[end] < at + seconds:
+            end += 1
+        most = max(most, end - begin)
+    return most

@@ -9,7 +9,9 @@ The workers share a limit through two records in the store, each changed by a pu
 - **rate**: the *theoretical arrival time* of the next start (GCRA). A worker with tasks
   waiting reserves a run of start times, ``1 / rate`` apart, that lie within
   :data:`HORIZON` seconds; the cluster's starts are then exactly that far apart, whichever
-  workers hold the backlog, with one store round trip per run rather than per start.
+  workers hold the backlog, with one store round trip per run rather than per start. Each
+  is spent within :func:`lateness` of its turn or not at all (a stalled worker never spends
+  its times at once), and a record the store lost goes on past every time still held.
 - **concurrency**: the slots taken, each with an expiry. A worker takes one before a task
   starts and gives it back once the task ended (or keeps it for its next waiting task);
   it renews the slots it holds with its heartbeat, so a worker that dies gives them back
@@ -33,6 +35,15 @@ from .outcome import Outcome
 
 HORIZON = 1.0
 """How far ahead, in seconds, a worker may reserve start times of a rate."""
+LATE = 0.01
+"""The fewest seconds after its turn a start time may still be spent, whatever the rate (the
+worker's loop wakes every few milliseconds: a very high rate is not starved by that)."""
+DELAY = 0.05
+"""Seconds late a start time may be spent where the rate leaves room: a loaded host's threads
+wait that long for a core (1 start in 100 was 40 ms late on two cores at load 10)."""
+KEPT_KEY = "limits:kept"
+"""The store record saying since when the store has kept the records of the rates and ramps:
+written once, it goes only with everything else (a flush, a restart without persistence)."""
 MAX_RATE = 1e6
 """The highest rate a limit takes, in tasks per second."""
 MAX_CONCURRENCY = 100_000
@@ -106,6 +117,22 @@ def format_rate(rate: float) -> str:
     return f"{rate:.3g}/s"
 
 
+def lateness(rate: float) -> float:
+    """Seconds after its turn a start time of ``rate`` may still be spent: half the room the
+    rate plus one start leaves to a second (``room``: 1 less the fraction of the rate, so
+    half an interval at a whole rate), widened up to the whole room for :data:`DELAY`; at
+    least :data:`LATE`, at most :data:`HORIZON`.
+
+    The cluster's start times lie an interval apart: a second holds ``rate`` of them, and
+    starts up to ``late`` seconds late add ``late * rate``: within the room, no more than the
+    rate plus one (the other half is for the workers' clocks where the rate leaves it).
+    Above 100/s :data:`LATE` lets a second hold up to 1 % more."""
+    if not 0 < rate < math.inf:
+        return HORIZON if rate <= 0 else LATE
+    room = (1.0 if abs(rate - round(rate)) < 1e-9 else 1.0 - rate % 1.0) / rate
+    return min(HORIZON, max(LATE, min(room, max(room / 2, DELAY))))
+
+
 @dataclass(frozen=True)
 class Reservation:
     """Start times reserved of a rate: ``count`` of them from ``first``, ``interval``
@@ -115,27 +142,75 @@ class Reservation:
     count: int
     interval: float
     retry_at: float
+    tat: float = -math.inf
+    """The record's next start time after this (what a later ask must not find it behind)."""
+    unknown: bool = False
+    """The record is missing, and whether the store lost it needs ``kept``: ask again."""
 
     def times(self) -> list[float]:
         return [self.first + i * self.interval for i in range(self.count)]
 
 
 def reserve(
-    record: Record | None, now: float, *, interval: float, want: int
+    record: Record | None,
+    now: float,
+    *,
+    interval: float,
+    want: int,
+    known: float = -math.inf,
+    kept: float | None = -math.inf,
 ) -> Outcome[Record, Reservation]:
     """Reserve ``want`` consecutive start times of a rate at store time ``now``, all or none.
 
     They are granted when the last lies within :data:`HORIZON` of ``now``; otherwise
-    nothing is, and the reservation says when they would fit.
+    nothing is, and the reservation says when they would fit. A record the store lost (it is
+    missing, or behind what this worker ``known`` of it) restarts an interval past every
+    start time booked before the loss (:func:`lost_by`), written even when the run does not
+    fit yet.
+
+    Parameters:
+        known: The record's next start time as this worker last saw it.
+        kept: Store time since which the store kept its records (:func:`kept_since`);
+            ``None``: not known yet, and asked for if the record is missing.
     """
-    tat = _tat(record)
+    stored = _tat(record)
+    lost = lost_by(stored, now, known=known, kept=kept)
+    if lost is None:
+        return Outcome(None, Reservation(now, 0, interval, now, tat=stored, unknown=True))
+    tat = max(stored, lost + HORIZON + interval)
     first = max(tat, now)
     last = first + (want - 1) * interval
     if want < 1 or last > now + HORIZON:
         retry_at = max(now, last - HORIZON)
-        return Outcome(None, Reservation(first, 0, interval, retry_at))
+        restored = {"tat": tat} if tat > max(stored, now) else None
+        return Outcome(restored, Reservation(first, 0, interval, retry_at, tat=tat))
     following = {"tat": first + want * interval}
-    return Outcome(following, Reservation(first, want, interval, now))
+    return Outcome(following, Reservation(first, want, interval, now, tat=following["tat"]))
+
+
+def lost_by(stored: float, now: float, *, known: float, kept: float | None) -> float | None:
+    """The latest store time the store may have lost a record found at ``now`` with next
+    start time ``stored`` (``-inf``: missing): ``-inf`` if it did not lose it, ``None`` if
+    that cannot be told without ``kept``.
+
+    No start time booked before a loss lies over a horizon (and an interval) after it. A
+    record found behind a next start time this worker ``known`` ahead of ``now`` was lost
+    by ``now``; a missing one by when the store last forgot everything (``kept``). One
+    deleted once its start times all passed (:func:`forget_rate`, a tenant gone idle) was
+    behind ``now``: it is not taken for lost."""
+    if known > now and stored < known:
+        return now
+    if stored > -math.inf:
+        return -math.inf
+    return kept
+
+
+def kept_since(record: Record | None, now: float) -> Outcome[Record, float]:
+    """Since when the store has kept the records of rates and ramps (:data:`KEPT_KEY`): if
+    it does not say, it may have just forgotten them all, so from ``now`` (written)."""
+    if record is not None and "since" in record:
+        return Outcome(None, number(record["since"]))
+    return Outcome({"since": now}, now)
 
 
 def run_length(rate: float, waiting: int) -> int:

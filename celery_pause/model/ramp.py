@@ -124,21 +124,48 @@ BURST = 1.0
 waited are caught up on for at most that long, so a backlog that comes late does not burst."""
 
 
-def book(record: Record | None, now: float, *, ramp: Ramp, want: int) -> Outcome[Record, Booked]:
+def book(
+    record: Record | None,
+    now: float,
+    *,
+    ramp: Ramp,
+    want: int,
+    known: float = 0.0,
+    kept: float | None = -math.inf,
+) -> Outcome[Record, Booked]:
     """Book up to ``want`` start times of ``ramp`` at store time ``now``: the next ones along
-    its curve after those the cluster was granted, within :data:`HORIZON` of ``now``."""
-    granted = number(record["granted"]) if record and "granted" in record else 0.0
+    its curve after those the cluster was granted, within :data:`HORIZON` of ``now`` (a start
+    saved up is booked at ``now``, not in the past).
+
+    A record the store lost (missing, or behind the starts this worker ``known`` granted, the
+    last of them ahead of ``now``) goes on past every start booked before the loss, by the
+    rule of a rate's (:func:`~.limit.lost_by`). ``kept``: since when the store kept its
+    records; ``None`` if not known yet (asked for when the record is missing).
+    """
+    stored = number(record["granted"]) if record and "granted" in record else None
+    granted = stored or 0.0
+    if known > granted and ramp.when_allowed(known) > now:
+        lost: float | None = now
+    else:
+        lost = -math.inf if stored is not None else kept
+    if lost is None:
+        return Outcome(None, Booked((), now, unknown=True))
     saved = max(1.0, ramp.rate(now) * BURST) if ramp.live(now) else math.inf
     granted = max(granted, math.floor(ramp.allowance(now) - saved))
+    floor = lost + HORIZON
+    if floor > now:  # lost: go on past every start the cluster may hold
+        granted = max(granted, math.floor(ramp.allowance(floor)))
     times: list[float] = []
     while len(times) < want:
         at = ramp.when_allowed(granted + len(times) + 1)
         if at > now + HORIZON:
             break
-        times.append(at)
+        times.append(max(at, now))
     following = {"granted": granted + len(times)}
     retry_at = max(now, ramp.when_allowed(following["granted"] + 1) - HORIZON)
-    return Outcome(following if times else None, Booked(tuple(times), retry_at))
+    write = bool(times) or (floor > now and granted > (stored or 0.0))
+    booked = Booked(tuple(times), retry_at, granted=following["granted"])
+    return Outcome(following if write else None, booked)
 
 
 @dataclass(frozen=True)
@@ -147,6 +174,10 @@ class Booked:
 
     starts: tuple[float, ...]
     retry_at: float
+    granted: float = 0.0
+    """The starts the record says were granted after this."""
+    unknown: bool = False
+    """The record is missing, and whether the store lost it needs ``kept``: ask again."""
 
 
 def ramp_key(ramp_id: str) -> str:

@@ -4,7 +4,10 @@ While requests wait, :class:`LimitKeeper` books runs of start times and takes sl
 store, gives back the slots of tasks that ended (or keeps them for the next waiting task, with
 no store round trip), and renews the slots it holds with its heartbeat. A request no limit
 covers never waits for any of this; a store that cannot be reached earns no permit, so a limit
-is never lifted by a failure (the scope waits until the store answers).
+is never lifted by a failure (the scope waits until the store answers). A booking that finds
+its record missing asks the store since when it kept its records
+(:func:`~celery_pause.model.limit.kept_since`), so a record the store lost is booked again
+past every start time still held, not from now.
 """
 
 from __future__ import annotations
@@ -21,8 +24,10 @@ from celery.worker.request import Request
 from ..errors import StoreError
 from ..logs import ThrottledLog
 from ..model.limit import (
+    KEPT_KEY,
     forget_rate,
     give_back,
+    kept_since,
     rate_key,
     renew_slots,
     reserve,
@@ -143,29 +148,44 @@ class LimitKeeper:
             earned = earned or bool(taken) or permits.value is not None
         want = permits.starts_wanted(self.clock())
         if want:
-            starts, retry_at = self._book(permits, want)
-            permits.add_starts(starts, retry_at)
+            starts, retry_at, known = self._book(permits, want)
+            permits.add_starts(starts, retry_at, known)
             earned = earned or bool(starts)
         if time.monotonic() - permits.renewed >= self.ttl / 3:
             self._renew(permits)
         return earned
 
-    def _book(self, permits: Permits, want: int) -> tuple[tuple[float, ...], float]:
-        """Book ``want`` start times of the rate or ramp of ``permits`` in the store."""
-        ramp, limit = permits.ramp, permits.limit
+    def _book(self, permits: Permits, want: int) -> tuple[tuple[float, ...], float, float]:
+        """Book ``want`` start times of the rate or ramp of ``permits`` in the store: the
+        times, when to ask again, and the record as left (:attr:`Permits.known`). If the
+        record is missing, ask since when the store kept its records, and book by that."""
+        starts, retry_at, known, unknown = self._ask(permits, want, None)
+        if unknown:
+            kept = self.store.update_record(KEPT_KEY, kept_since).result
+            starts, retry_at, known, _ = self._ask(permits, want, kept)
+        return starts, retry_at, known
+
+    def _ask(
+        self, permits: Permits, want: int, kept: float | None
+    ) -> tuple[tuple[float, ...], float, float, bool]:
+        ramp, limit, known = permits.ramp, permits.limit, permits.known
         if ramp is not None:
             booked = self.store.update_record(
-                ramp_key(permits.id), lambda record, now: book(record, now, ramp=ramp, want=want)
+                ramp_key(permits.id),
+                lambda record, now: book(
+                    record, now, ramp=ramp, want=want, known=max(known, 0.0), kept=kept
+                ),
             ).result
-            return booked.starts, booked.retry_at
+            return booked.starts, booked.retry_at, booked.granted, booked.unknown
         interval = limit.interval if limit is not None else 0.0
         reserved = self.store.update_record(
             rate_key(permits.id),
             lambda record, now: tagged(
-                reserve(record, now, interval=interval, want=want), permits.value
+                reserve(record, now, interval=interval, want=want, known=known, kept=kept),
+                permits.value,
             ),
         ).result
-        return tuple(reserved.times()), reserved.retry_at
+        return tuple(reserved.times()), reserved.retry_at, reserved.tat, reserved.unknown
 
     def _renew(self, permits: Permits) -> None:
         held = permits.held_slots()

@@ -3,7 +3,9 @@ adds (:mod:`.keeper`).
 
 The gate (:mod:`.gate`) lets a request of a limited scope start only with a permit of every
 limit and ramp that covers it (:class:`Permits`): a start time of the limit's rate (or along
-the ramp's curve) that has come, and a free slot of its concurrency.
+the ramp's curve) that has come, and a free slot of its concurrency. A start time is spent
+within :func:`~celery_pause.model.limit.lateness` of its turn or dropped (a worker that was
+stalled spends none of the times that passed meanwhile: it books new ones).
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from collections.abc import Callable, Iterable
 
 from celery.worker.request import Request
 
-from ..model.limit import HORIZON, Limit, run_length
+from ..model.limit import Limit, lateness, run_length
 from ..model.ramp import Ramp
 from ..model.scope import Scope, Target
 from ..model.state import Hold
@@ -67,6 +69,9 @@ class Permits:
         """Requests waiting in the gate for this limit (kept by the gate)."""
         self.retry_at = float("-inf")
         """Store time before which booking start times is not worth asking for."""
+        self.known = float("-inf")
+        """The store's record as this worker last saw it: the rate's next start time, or
+        the starts the ramp granted (a record found behind it was lost by the store)."""
         self.renewed = time.monotonic()
         """``time.monotonic()`` at the start of the last renewal of its slots that worked."""
         self._slot_misses = 0
@@ -95,15 +100,25 @@ class Permits:
     # -- the gate, on the consumer loop --------------------------------------------------
     def ready(self, now: float) -> bool:
         """Whether one task may start at store time ``now`` (start times whose turn passed
-        over :data:`~celery_pause.model.limit.HORIZON` ago are dropped, not caught up on)."""
+        longer ago than their lateness allows are dropped, not caught up on)."""
         with self._lock:
-            while self._starts and self._starts[0] < now - HORIZON:
-                self._starts.popleft()
+            self._drop_late(now)
             if self.ramp is not None and not self.ramp.live(now):
                 return True
             if self.paced and not (self._starts and self._starts[0] <= now):
                 return False
             return self.concurrency is None or bool(self._free)
+
+    def _drop_late(self, now: float) -> None:
+        """Drop the start times too late to spend at ``now`` (under the lock)."""
+        if not self._starts:
+            return
+        if self.limit is not None and self.limit.rate is not None:
+            late = lateness(self.limit.rate)
+        else:
+            late = lateness(self.ramp.rate(now) if self.ramp is not None else 0.0)
+        while self._starts and self._starts[0] < now - late:
+            self._starts.popleft()
 
     def spend(self, request: Request) -> None:
         """``request`` starts: spend a start time and bind a slot to it (after :meth:`ready`)."""
@@ -188,6 +203,7 @@ class Permits:
                 return 0
             if self.ramp is not None and not self.ramp.live(now):
                 return 0
+            self._drop_late(now)
             short = self.waiting - len(self._starts)
             rate = self.limit.rate if self.limit and self.limit.rate else self._ramp_rate(now)
             return run_length(rate, short) if short > 0 else 0
@@ -195,10 +211,12 @@ class Permits:
     def _ramp_rate(self, now: float) -> float:
         return 1.0 if self.ramp is None else max(1.0, self.ramp.rate(now))
 
-    def add_starts(self, times: Iterable[float], retry_at: float) -> None:
+    def add_starts(self, times: Iterable[float], retry_at: float, known: float) -> None:
+        """The start times a booking got, when to ask again, and the record it left."""
         with self._lock:
             self._starts.extend(times)
             self.retry_at = retry_at
+            self.known = known
 
     def drop_unused_starts(self) -> None:
         """Forget start times that nothing waits for any more (their turn is lost)."""

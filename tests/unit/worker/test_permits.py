@@ -1,0 +1,137 @@
+"""A worker's permits of a rate: start times spent in time or dropped, and booked again past
+what the store forgot (the keeper on a real in-memory store)."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from typing import cast
+
+from celery.worker.request import Request
+
+from celery_pause.model.limit import HORIZON, KEPT_KEY, Limit, kept_since, rate_key
+from celery_pause.model.ramp import Ramp
+from celery_pause.model.scope import EVERYTHING
+from celery_pause.model.state import Hold
+from celery_pause.stores.memory import MemoryStore
+from celery_pause.worker.keeper import LimitKeeper
+from celery_pause.worker.limits import Permits
+
+T = 1_800_000_000.0
+REQUEST = cast(Request, object())
+"""A request to spend a start time on (a rate binds nothing to it)."""
+
+
+def limited(rate: float) -> Permits:
+    return Permits.of_hold(Hold(id="h1", scope=EVERYTHING, limit=Limit(rate=rate)))
+
+
+def test_a_worker_that_stalled_spends_only_the_start_times_still_in_time() -> None:
+    # Given a worker holding four start times of 10/s, with tasks waiting for each
+    permits = limited(10.0)
+    permits.add_starts([T, T + 0.1, T + 0.2, T + 0.3], retry_at=T, known=T + 0.4)
+    permits.waiting = 4
+
+    # When its loop comes back 0.23 s after the first turn (a stall)
+    now = T + 0.23
+
+    # Then it starts one task, on the one start time late by less than half an interval;
+    # the two older ones are dropped, not spent at once
+    assert permits.ready(now)
+    permits.spend(REQUEST)
+    permits.waiting = 3
+    assert not permits.ready(now)
+    assert permits.next_start() == T + 0.3
+    # ... and it books anew for the tasks the dropped times would have started
+    assert permits.starts_wanted(now) == 2
+
+
+def test_start_times_spent_on_their_turn_are_all_spent() -> None:
+    # Given four start times of 10/s, and a loop a few milliseconds late at each turn
+    permits = limited(10.0)
+    permits.add_starts([T, T + 0.1, T + 0.2, T + 0.3], retry_at=T, known=T + 0.4)
+    permits.waiting = 4
+
+    # Then each starts a task, none before its turn
+    for i in range(4):
+        assert not permits.ready(T + i * 0.1 - 0.001)
+        assert permits.ready(T + i * 0.1 + 0.004)
+        permits.spend(REQUEST)
+    assert permits.next_start() is None
+
+
+def test_a_ramps_start_times_are_as_late_as_its_rate_at_the_time_allows() -> None:
+    # Given a ramp at 40/s now (half of 80/s, halfway through)
+    ramp = Ramp(EVERYTHING, start=T - 10, duration=20.0, peak=80.0)
+    permits = Permits.of_ramp(ramp)
+    permits.add_starts([T, T], retry_at=T, known=2)
+    permits.waiting = 2
+
+    # Then a start time 20 ms late is spent, one 30 ms late is dropped (40/s: 25 ms)
+    assert permits.ready(T + 0.02)
+    permits.spend(REQUEST)
+    assert not permits.ready(T + 0.03)
+    assert permits.next_start() is None
+
+
+def test_the_keeper_books_a_rate_the_store_forgot_past_every_start_time_held() -> None:
+    # Given two workers' keepers on an in-memory store that kept its records for an hour,
+    # the first holding start times of 10/s booked for ten waiting tasks
+    store = MemoryStore("memory://permits", uuid.uuid4().hex)
+    store.update_record(KEPT_KEY, lambda record, now: kept_since(record, now - 3600))
+    first, second = limited(10.0), limited(10.0)
+    for permits in (first, second):
+        permits.waiting = 10
+    keeper(store).pace((first,), [])
+    assert first.next_start() is not None and first.known > time.time()
+    held = first.known
+
+    # When the store forgets everything, and the second worker books, knowing nothing
+    store.space.clear()
+    keeper(store).pace((second,), [])
+
+    # Then the record restarts past the times held (a horizon and an interval ahead), and
+    # the store says since when it kept its records again
+    restored = store.read_record(rate_key("h1"))
+    assert restored is not None and held <= restored["tat"] <= time.time() + HORIZON + 0.1
+    kept = store.read_record(KEPT_KEY)
+    assert kept is not None and time.time() - 1 < kept["since"] <= time.time()
+    # ... and the first worker, which saw the record ahead, books after it
+    first.retry_at = float("-inf")
+    keeper(store).pace((first,), [])
+    again = store.read_record(rate_key("h1"))
+    assert again is not None and again["tat"] >= restored["tat"]
+
+
+def keeper(store: MemoryStore) -> LimitKeeper:
+    return LimitKeeper(store=store, hostname="w1", clock=store.now, ttl=6.0, pump=lambda: None)
+
+
+def test_a_returning_tenant_is_booked_at_once_on_a_store_that_kept_its_records() -> None:
+    # Given a store that kept its records for an hour, and a partition's record deleted
+    # (its tenant went idle)
+    store = MemoryStore("memory://permits", uuid.uuid4().hex)
+    store.update_record(KEPT_KEY, lambda record, now: kept_since(record, now - 3600))
+    permits = limited(10.0)
+    permits.waiting = 1
+
+    # When its next task comes
+    asked = time.time()
+    keeper(store).pace((permits,), [])
+
+    # Then its start time is now, not a horizon ahead
+    first = permits.next_start()
+    assert first is not None and first - asked < 0.1
+
+
+def test_once_a_ramp_is_over_every_waiting_task_starts() -> None:
+    # Given a ramp's permits holding a start time of its last second
+    ramp = Ramp(EVERYTHING, start=T - 20, duration=20.0, peak=40.0)
+    permits = Permits.of_ramp(ramp)
+    permits.add_starts([T - 0.5], retry_at=T, known=800)
+    permits.waiting = 3
+
+    # Then from its end on the scope is unlimited: each waiting task may start
+    for _ in range(3):
+        assert permits.ready(T + 0.1)
+        permits.spend(REQUEST)
