@@ -11,24 +11,29 @@ from __future__ import annotations
 
 import multiprocessing
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import quote
 
 import redis
 import sqlalchemy as sa
 
-from celery_pause.model.report import WorkerReport
-from celery_pause.stores import base, load_store_class
+from celery_pause.stores import load_store_class
 from celery_pause.stores.aliases import alias_for
-from celery_pause.stores.base import R, Store
+from celery_pause.stores.base import Store
 from celery_pause.stores.file import FileStore
 from celery_pause.stores.memory import MemoryStore, forget_all
 from celery_pause.stores.redis import RedisStore
+from celery_pause.stores.redis_cluster import RedisClusterStore, glob_escape
 from celery_pause.stores.sql.schema import log, values
 from celery_pause.stores.sql.store import SqlStore
+
+from .forwarding import ForwardingStore as ForwardingStore
+
+if TYPE_CHECKING:
+    from .redis_cluster import ClusterSetup
 
 REDIS_STORE = "redis://127.0.0.1:6379/14"
 POSTGRESQL_STORE = "db+postgresql+psycopg://root@127.0.0.1/test"
@@ -74,6 +79,11 @@ class Adapter(ABC):
     def write_raw(self, store: Store, kind: str, name: str, raw: bytes) -> None:
         """Store ``raw`` as the state or a record, or add it as the newest log entry."""
 
+    def rows(self, store: Store) -> list[tuple[str, str]]:
+        """``(kind, name)`` of every value the store holds under its prefix, sorted (the
+        stores that keep each value apart: a row, a key)."""
+        raise NotImplementedError(f"{self.name} does not list its values")
+
 
 class RedisAdapter(Adapter):
     name, store_class, service = "redis", RedisStore, ("Redis", 6379)
@@ -103,6 +113,62 @@ class RedisAdapter(Adapter):
             store.client.hset(store.records_key, name, raw)
         else:
             store.client.set(store.state_key, raw)
+
+
+class RedisClusterAdapter(Adapter):
+    """The Redis Cluster store on the run's private cluster (started at its first use)."""
+
+    name, store_class = "redis-cluster", RedisClusterStore
+
+    def url(self, tmp: Path) -> str:
+        return _shared_cluster().url
+
+    def purge(self, url: str, prefix: str) -> None:
+        client = _shared_cluster().client()
+        with suppress(redis.RedisError):
+            for start in (f"{{{prefix}}}:", f"{prefix}:"):
+                for key in client.scan_iter(match=glob_escape(start) + "*"):
+                    client.delete(key)
+        client.close()
+
+    def raw(self, store: Store, kind: str, name: str) -> bytes | None:
+        client = self._cluster(store)
+        if kind == LOG:
+            return b"\n".join(client.lrange(f"{store.prefix}:log:{name}", 0, -1)) or None
+        if kind == RECORD:
+            return client.get(self._store(store).record_key(name))  # type: ignore[no-any-return]
+        return client.get(self._store(store).state_key)  # type: ignore[no-any-return]
+
+    def write_raw(self, store: Store, kind: str, name: str, raw: bytes) -> None:
+        client = self._cluster(store)
+        if kind == LOG:
+            client.lpush(f"{store.prefix}:log:{name}", raw)
+        elif kind == RECORD:
+            client.set(self._store(store).record_key(name), raw)
+        else:
+            client.set(self._store(store).state_key, raw)
+
+    def rows(self, store: Store) -> list[tuple[str, str]]:
+        """Every key of the store's on every primary: ``{<prefix>}:<kind>`` as ``(kind, "")``,
+        ``<prefix>:<kind>:<name>`` as ``(kind, name)``."""
+        client, prefix = self._cluster(store), store.prefix
+        tagged = f"{{{prefix}}}:"
+        found: list[tuple[str, str]] = []
+        for pattern in (tagged, f"{prefix}:"):
+            for raw in client.scan_iter(match=glob_escape(pattern) + "*"):
+                key = raw.decode()[len(pattern) :]
+                kind, _, name = key.partition(":")
+                found.append((key, "") if pattern == tagged else (kind, name))
+        return sorted(found)
+
+    @staticmethod
+    def _store(store: Store) -> RedisClusterStore:
+        assert isinstance(store, RedisClusterStore)
+        return store
+
+    def _cluster(self, store: Store) -> Any:
+        """The store's own cluster client."""
+        return self._store(store).cluster
 
 
 class FileAdapter(Adapter):
@@ -206,11 +272,17 @@ class SqlAdapter(Adapter):
             row = {"prefix": store.prefix, "kind": kind, "name": name, "value": raw.decode()}
             conn.execute(sa.insert(values).values(**row))
 
+    def rows(self, store: Store) -> list[tuple[str, str]]:
+        query = sa.select(values.c.kind, values.c.name).where(values.c.prefix == store.prefix)
+        with _engine(store).connect() as conn:
+            return sorted((row[0], row[1]) for row in conn.execute(query))
+
 
 ADAPTERS: dict[str, Adapter] = {
     adapter.name: adapter
     for adapter in (
         RedisAdapter(),
+        RedisClusterAdapter(),
         FileAdapter(),
         MemoryAdapter(),
         SqlAdapter("sqlite", "db+sqlite:///{tmp}/store.db"),
@@ -223,6 +295,14 @@ ADAPTERS: dict[str, Adapter] = {
 KINDS = tuple(ADAPTERS)
 SHARED_KINDS = tuple(name for name, adapter in ADAPTERS.items() if adapter.shared)
 """The stores several processes can share."""
+
+
+def _shared_cluster() -> ClusterSetup:
+    """The run's private Redis Cluster (imported here: it runs on the harness, which imports
+    this module)."""
+    from .redis_cluster import shared_cluster
+
+    return shared_cluster()
 
 
 def adapter_for(store: Store) -> Adapter:
@@ -265,10 +345,9 @@ def write_raw(store: Store, kind: str, name: str, raw: bytes) -> None:
 
 
 def sql_rows(store: Store) -> list[tuple[str, str]]:
-    """``(kind, name)`` of every value row under the store's prefix, sorted."""
-    query = sa.select(values.c.kind, values.c.name).where(values.c.prefix == store.prefix)
-    with _engine(store).connect() as conn:
-        return sorted((row[0], row[1]) for row in conn.execute(query))
+    """``(kind, name)`` of every value under the store's prefix, sorted: the SQL store's
+    rows, the Redis Cluster store's keys (:meth:`Adapter.rows`)."""
+    return adapter_for(store).rows(store)
 
 
 def _engine(store: Store) -> sa.Engine:
@@ -290,76 +369,3 @@ def _job(spec: Spec, job: Callable[..., T], args: tuple[Any, ...]) -> T:
         return job(opened, *args)
     finally:
         opened.close()
-
-
-class ForwardingStore(Store):
-    """A store that hands every call of the contract to ``inner``: a test or benchmark
-    overrides only the calls it observes."""
-
-    def __init__(self, inner: Store) -> None:
-        super().__init__(inner.url, inner.prefix)
-        self.inner = inner
-
-    @property
-    def display_url(self) -> str:
-        return self.inner.display_url
-
-    def now(self) -> float:
-        return self.inner.now()
-
-    def read(self) -> base.Snapshot:
-        return self.inner.read()
-
-    def update(self, change: base.Change[R]) -> base.Updated[R]:
-        return self.inner.update(change)
-
-    def put_worker(self, report: WorkerReport) -> None:
-        self.inner.put_worker(report)
-
-    def remove_worker(self, hostname: str) -> None:
-        self.inner.remove_worker(hostname)
-
-    def worker_reports(self) -> list[WorkerReport]:
-        return self.inner.worker_reports()
-
-    def append_log(self, log: str, entry: Mapping[str, Any], *, keep: int) -> None:
-        self.inner.append_log(log, entry, keep=keep)
-
-    def read_log(self, log: str, *, limit: int | None = None) -> list[dict[str, Any]]:
-        return self.inner.read_log(log, limit=limit)
-
-    def add_event(self, key: str, *, window: float, detail: str = "", limit: int = 1000) -> int:
-        return self.inner.add_event(key, window=window, detail=detail, limit=limit)
-
-    def recent_events(self, key: str, *, window: float) -> list[base.Event]:
-        return self.inner.recent_events(key, window=window)
-
-    def clear_events(self, key: str) -> None:
-        self.inner.clear_events(key)
-
-    def read_record(self, key: str) -> base.Record | None:
-        return self.inner.read_record(key)
-
-    def update_record(self, key: str, change: base.RecordChange[R]) -> base.RecordUpdated[R]:
-        return self.inner.update_record(key, change)
-
-    def delete_record(self, key: str) -> None:
-        self.inner.delete_record(key)
-
-    def record_keys(self, prefix: str = "") -> list[str]:
-        return self.inner.record_keys(prefix)
-
-    def acquire_lease(self, key: str, owner: str, ttl: float) -> bool:
-        return self.inner.acquire_lease(key, owner, ttl)
-
-    def release_lease(self, key: str, owner: str) -> bool:
-        return self.inner.release_lease(key, owner)
-
-    def lease_owner(self, key: str) -> str | None:
-        return self.inner.lease_owner(key)
-
-    def init(self) -> str:
-        return self.inner.init()
-
-    def close(self) -> None:
-        self.inner.close()

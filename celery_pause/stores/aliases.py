@@ -25,11 +25,14 @@ class Alias:
 
 
 REDIS = "celery_pause.stores.redis:RedisStore"
+CLUSTER = "celery_pause.stores.redis_cluster:RedisClusterStore"
 STORE_ALIASES: dict[str, Alias] = {
     "redis": Alias(REDIS, "redis://", broker=True),
     "rediss": Alias(REDIS, "rediss://", broker=True),
     "unix": Alias(REDIS, "unix://", broker=True),
     "sentinel": Alias("celery_pause.stores.sentinel:SentinelStore", "sentinel://", broker=True),
+    "redis+cluster": Alias(CLUSTER, "redis+cluster://"),
+    "rediss+cluster": Alias(CLUSTER, "rediss+cluster://"),
     "db+": Alias(
         "celery_pause.stores.sql.store:SqlStore",
         "db+<SQLAlchemy URL>",

@@ -35,6 +35,7 @@ from .base import (
     encode_entry,
     encode_record,
 )
+from .redis_notify import RedisNotifications
 
 logger = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -65,15 +66,10 @@ return 0
 """
 
 
-class RedisStore(Store):
-    """Keeps ``<prefix>:state`` (JSON), ``<prefix>:workers`` (hash of JSON reports)
-    and ``<prefix>:log:<name>`` (lists of JSON entries, newest first).
-
-    Events live in sorted sets ``<prefix>:events:<key>`` (JSON members scored by
-    time), records in the hash ``<prefix>:records`` (JSON objects, updated with
-    WATCH/MULTI) and leases in ``<prefix>:lease:<key>`` (a JSON string with a
-    Redis expiry, taken and released by Lua scripts).
-    """
+class BaseRedisStore(Store):
+    """The Redis stores' code on a redis-py client: :class:`RedisStore` (one keyspace) and
+    the Redis Cluster store differ in the client, the keys and the hooks :meth:`_server`
+    and :meth:`_time`."""
 
     def __init__(
         self,
@@ -92,7 +88,7 @@ class RedisStore(Store):
         self.client = client or _client(url, timeout)
         self.replicas = replicas
         self.timeout = timeout
-        self._clock = ClockOffset(self._server_time)
+        self._clock = ClockOffset(lambda: self._time(self._server(), self.state_key))
         self._policy: str | None = None
         self._policy_at = float("-inf")
         self.records_key = f"{prefix}:records"
@@ -102,11 +98,16 @@ class RedisStore(Store):
     @classmethod
     def open(
         cls, url: str, prefix: str, *, timeout: float, options: Mapping[str, Any]
-    ) -> RedisStore:
+    ) -> BaseRedisStore:
         return cls(url, prefix, timeout=timeout)
 
-    def _server_time(self) -> float:
-        seconds, micros = self.client.time()
+    def _server(self) -> redis.Redis:
+        """The server that holds the state: where ``TIME``, ``WAIT`` and ``INFO`` go."""
+        return self.client
+
+    def _time(self, client: redis.Redis, key: str) -> float:
+        """The clock of ``key``'s server, read through ``client`` (a transaction's pipe)."""
+        seconds, micros = client.time()
         return float(seconds) + micros / 1e6
 
     def now(self) -> float:
@@ -135,8 +136,7 @@ class RedisStore(Store):
     def update(self, change: Change[R]) -> Updated[R]:
         def transaction(pipe: redis.client.Pipeline) -> tuple[Updated[R], bool]:
             current = self._state(pipe)
-            seconds, micros = pipe.time()
-            now = seconds + micros / 1e6
+            now = self._time(pipe, self.state_key)
             outcome = change(current, now)
             if outcome.value is not None:
                 pipe.multi()
@@ -165,7 +165,7 @@ class RedisStore(Store):
         master still resyncs), and a resume must work then.
         """
         wait = self.timeout / 2
-        acknowledged = int(self.client.wait(self.replicas, max(1, int(wait * 1000))))
+        acknowledged = int(self._server().wait(self.replicas, max(1, int(wait * 1000))))
         if acknowledged >= self.replicas:
             return
         shortfall = (
@@ -199,7 +199,7 @@ class RedisStore(Store):
         away, as on managed servers), or ``None`` if it cannot be asked."""
         if time.monotonic() - self._policy_at > POLICY_CHECK:
             try:
-                policy = self.client.info("memory").get("maxmemory_policy")
+                policy = self._server().info("memory").get("maxmemory_policy")
             except redis.RedisError:
                 return None
             # A policy is a word of the server's: anything else is not shown.
@@ -295,8 +295,7 @@ class RedisStore(Store):
 
         def transaction(pipe: redis.client.Pipeline) -> RecordUpdated[R]:
             current = decode_record(key, pipe.hget(self.records_key, key))
-            seconds, micros = pipe.time()
-            outcome = change(current, seconds + micros / 1e6)
+            outcome = change(current, self._time(pipe, self.records_key))
             if outcome.value is not None:
                 data = encode_record(outcome.value)
                 pipe.multi()
@@ -361,6 +360,17 @@ class RedisStore(Store):
             yield
         except redis.RedisError as exc:
             raise self.failed(exc) from None
+
+
+class RedisStore(RedisNotifications, BaseRedisStore):
+    """Keeps ``<prefix>:state`` (JSON), ``<prefix>:workers`` (hash of JSON reports)
+    and ``<prefix>:log:<name>`` (lists of JSON entries, newest first) in one keyspace.
+
+    Events live in sorted sets ``<prefix>:events:<key>`` (JSON members scored by
+    time), records in the hash ``<prefix>:records`` (JSON objects, updated with
+    WATCH/MULTI) and leases in ``<prefix>:lease:<key>`` (a JSON string with a
+    Redis expiry, taken and released by Lua scripts).
+    """
 
 
 def _lifts_only(before: PauseState, after: PauseState | None) -> bool:
