@@ -62,4 +62,4 @@ def has_broadcast(app: Celery) -> bool:
     """Whether the broker's transport has fanout exchanges, which Celery's remote control
     needs (SQS has none: its workers never start remote control)."""
     with app.connection_for_write() as connection:
-        return bool(connection.transport.implements.exchange_type >= {"fanout"})
+        return bool(connection.supports_exchange_type("fanout"))

@@ -81,7 +81,8 @@ def pause(
         wait: Return only once every live worker (starting ones included) has applied the
             pause and runs no task of the paused scope; for a scheduled pause, wait for its
             start first. A worker that stopped reporting before it confirmed is counted once
-            it surely fenced itself (silent for over ``pause_worker_ttl + pause_lease``): it
+            it surely fenced itself (silent for over ``pause_worker_ttl + pause_lease``, the
+            wait a lease old): it
             can start nothing, and :attr:`PauseResult.lost` names it.
         timeout: Seconds to wait with ``wait=True`` (counted from the start of a scheduled
             pause).

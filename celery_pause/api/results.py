@@ -28,12 +28,11 @@ class PauseResult:
     def lost(self) -> tuple[WorkerReport, ...]:
         """With ``wait=True``: the workers that stopped reporting before they confirmed, and
         that the wait counted once they surely fenced themselves (silent for over
-        ``pause_worker_ttl + pause_lease``). They can start nothing, so nothing in the
-        scope starts anywhere; but a lost worker may be cut off rather than dead, and then
-        still runs the tasks it started before it fenced: at least those of its last
-        report (``running`` for a pause it had applied, else ``active`` counts them).
-        Empty when every worker confirmed (always without a wait, or with
-        ``wait_for_lost=True``)."""
+        ``pause_worker_ttl + pause_lease``, the wait a lease old). They can start nothing,
+        so nothing in the scope starts anywhere; but a lost worker may be cut off rather
+        than dead, and then still runs the tasks it started before it fenced: at least
+        those of its last report (``running`` for a pause it had applied, else ``active``
+        counts them). Empty when every worker confirmed, and always without a wait."""
         return unconfirmed(self.workers, self.generation, self.hold.start_at)
 
 

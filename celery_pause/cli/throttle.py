@@ -8,6 +8,7 @@ from datetime import datetime, timedelta
 import click
 from celery import Celery
 from celery.bin.base import CeleryCommand
+from click.core import ParameterSource
 
 from .. import api
 from ..api.results import PauseResult
@@ -15,7 +16,14 @@ from ..errors import InvalidInput, PauseTimeout
 from ..model.formatting import format_duration, format_time, printable
 from ..model.limit import MAX_CONCURRENCY
 from ..model.validation import parse_rate
-from .commands import Unconfirmed, app_hint, confirmations, names, operator_errors
+from .commands import (
+    Unconfirmed,
+    app_hint,
+    check_wait_options,
+    confirmations,
+    names,
+    operator_errors,
+)
 from .live import LiveProgress
 from .params import DateTime, Duration, check_by, check_reason, check_timeout, scope_options
 from .render import auto_resume_text, timeout_lines
@@ -100,8 +108,11 @@ def throttle(
         raise click.UsageError("give --rate (e.g. 10/s), --concurrency (e.g. 3), or both", ctx)
     if resume_after is not None and resume_at is not None:
         raise click.UsageError("--resume-after and --resume-at cannot be used together", ctx)
-    if wait_for_lost and not wait:
-        raise click.UsageError("--wait-for-lost applies only with --wait", ctx)
+    given = [
+        n for n in ("timeout", "wait_for_lost")
+        if ctx.get_parameter_source(n) == ParameterSource.COMMANDLINE
+    ]  # fmt: skip
+    check_wait_options(ctx, given, wait=wait)
     app: Celery = ctx.obj.app
     progress = LiveProgress(
         stream=sys.stdout, tty=sys.stdout.isatty(), heading=throttle_lines, what="limit"

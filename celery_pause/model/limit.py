@@ -11,7 +11,9 @@ The workers share a limit through two records in the store, each changed by a pu
   :data:`HORIZON` seconds; the cluster's starts are then exactly that far apart, whichever
   workers hold the backlog, with one store round trip per run rather than per start. Each
   is spent within :func:`lateness` of its turn or not at all (a stalled worker never spends
-  its times at once), and a record the store lost goes on past every time still held.
+  its times at once), and a record the store lost with everything else (a flush, a restart
+  without persistence), or found behind what the booking worker saw, goes on past every time
+  still held (a single record lost alone is caught only by a worker that saw it ahead).
 - **concurrency**: the slots taken, each with an expiry. A worker takes one before a task
   starts and gives it back once the task ended (or keeps it for its next waiting task);
   it renews the slots it holds with its heartbeat, so a worker that dies gives them back

@@ -66,6 +66,8 @@ class WorkerReport:
     readded: tuple[str, ...] = ()
     """Queues it holds whole yet consumes: an operator added a consumer while paused
     (``celery control add_consumer``), so their messages are fetched to wait in its gate."""
+    lease: float | None = 0.0
+    """Its ``pause_lease`` in force (``None``: it never fences; 0: not said, an older worker)."""
 
     def quiet_for(self, generation: int, since: float | None = None) -> bool:
         """Whether this worker applied ``generation`` (or later), as the state stood at
@@ -178,6 +180,7 @@ class WorkerReport:
                     _real(data.get("as_of", 0.0)),
                     0.0,
                     _texts(data.get("readded", [])),
+                    _lease(data.get("lease", 0.0)),
                 ),
             )
         except UNREADABLE:
@@ -256,6 +259,10 @@ def known(
     return found
 
 
+def _lease(value: Any) -> float | None:
+    return None if value is None else _real(value)
+
+
 def fenced(report: WorkerReport, *, ttl: float, lease: float | None, waited: float) -> bool:
     """Whether the worker of ``report``, lost, surely fenced itself: it can start nothing of
     a state written before a wait that has lasted ``waited`` seconds (the waiter's clock).
@@ -265,9 +272,13 @@ def fenced(report: WorkerReport, *, ttl: float, lease: float | None, waited: flo
     worker that still starts tasks renewed its lease by a read begun within the last
     ``lease`` seconds, after the state was written, so it read that state and applies it.
     Silence alone does not prove this: a worker whose reports fail while its reads work
-    keeps its lease. With no lease (``pause_lease = None``) nothing is ever fenced.
+    keeps its lease. The longer of the waiter's ``lease`` and the worker's own counts; with
+    no lease on either side (``pause_lease = None``) nothing is ever fenced.
     """
-    return lease is not None and report.silent > ttl + lease and waited >= lease
+    if lease is None or report.lease is None:
+        return False
+    lease = max(lease, report.lease)  # the worker's own, if longer than the waiter's
+    return report.silent > ttl + lease and waited >= lease
 
 
 def unconfirmed(

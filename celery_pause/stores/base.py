@@ -21,6 +21,7 @@ from ..model.state import PauseState
 LOG_NAME = re.compile(r"[a-z][a-z0-9_-]{0,63}\Z")
 KEY = re.compile(r"[A-Za-z0-9_.:@-]{1,200}\Z")
 PASSWORD = re.compile(r"(//[^/@:]*:)[^@]*@")
+QUERY_PASSWORD = re.compile(r"([?&]password=)[^&]*")
 
 R = TypeVar("R")
 Record = dict[str, Any]
@@ -265,7 +266,7 @@ def _display_one(url: str) -> str:
     try:
         return sanitize_url(url)
     except ValueError:
-        return PASSWORD.sub(r"\1**@", url)
+        return QUERY_PASSWORD.sub(r"\1**", PASSWORD.sub(r"\1**@", url))
 
 
 def bad_url(url: str, problem: str) -> ConfigurationError:

@@ -78,8 +78,9 @@ class RedisClusterStore(BaseRedisStore):
                     for host, port in nodes
                 ],
                 require_full_coverage=False,  # the slots still served while one shard fails over
-                # a node gone in a failover: the client learns the slots again, tries once more
-                retry=Retry(NoBackoff(), 1),
+                # No retry: redis-py resends a transaction's command after a reconnect without
+                # its WATCH, which could commit over a change; the caller's next try re-reads.
+                retry=Retry(NoBackoff(), 0),
                 **kwargs,
             )
         )

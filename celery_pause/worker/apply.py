@@ -97,6 +97,7 @@ class ApplyStep(bootsteps.StartStopStep):
             gate=self.gate,
             clock=clock,
             listening=lambda: listening(c),
+            lease=self.config.lease,
         )
         self.sync = StoreSync(store=self.store, config=self.config, worker=self)
         self.limits = LimitKeeper(
@@ -242,9 +243,16 @@ class ApplyStep(bootsteps.StartStopStep):
 
     def pump(self) -> None:
         """From the sync thread: start the tasks the ramps and limits allow now, on the loop,
-        once."""
-        if not self._pump_scheduled:
-            self._pump_scheduled = True
+        once; on green pools at once, in a greenlet of its own (their loop runs handed-over
+        work only every ``pause_green_loop_wait``: past a start time's lateness), as
+        :meth:`deliver` hands held tasks on."""
+        if self._pump_scheduled:
+            return
+        self._pump_scheduled = True
+        if self.pool.greenlets:
+            pump = threading.Thread(target=self._pump, name="celery-pause-pump", daemon=True)
+            pump.start()
+        else:
             self.consumer.call_soon(self._pump)
 
     def pace(self) -> float | None:

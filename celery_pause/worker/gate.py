@@ -168,7 +168,8 @@ class Gate:
             passes = self._admit(request)
         except Exception as exc:  # a defect must not stop the worker (Celery would, raised here)
             self.target.warn(request, "could not decide on it (%r): it goes on to the pool", exc)
-            passes = True
+            kept = [req for req, _ in [*self._held, *self.pacing.waiting]]
+            passes = not any(req is request for req in kept)  # held or waiting: not twice
         return self._handler(request) if passes else None
 
     def _admit(self, request: Request) -> bool:
@@ -285,7 +286,7 @@ class Gate:
             held=len(held),
             waiting=len(waiting),
             oldest=min(kept, default=None),
-            held_by_task=dict(Counter(req.name for req, _ in held)),
+            held_by_task=dict(Counter(text_of(req.name) for req, _ in held)),
             counters=replace(self.counters),
         )
 

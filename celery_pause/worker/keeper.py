@@ -161,9 +161,17 @@ class LimitKeeper:
         record is missing, ask since when the store kept its records, and book by that."""
         starts, retry_at, known, unknown = self._ask(permits, want, None)
         if unknown:
-            kept = self.store.update_record(KEPT_KEY, kept_since).result
+            kept = self._kept()
             starts, retry_at, known, _ = self._ask(permits, want, kept)
         return starts, retry_at, known
+
+    def _kept(self) -> float:
+        """Since when the store kept its records: a plain read, a write only where the
+        marker is missing (a fresh store, or one that forgot everything)."""
+        record = self.store.read_record(KEPT_KEY)
+        if record is not None and "since" in record:
+            return kept_since(record, 0.0).result
+        return self.store.update_record(KEPT_KEY, kept_since).result
 
     def _ask(
         self, permits: Permits, want: int, kept: float | None

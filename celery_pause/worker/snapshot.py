@@ -82,6 +82,8 @@ class WorkerSnapshot:
     """Tasks running, in a paused scope or not (Celery's active requests)."""
     reserved: int = 0
     """Tasks received and not finished: running, waiting for a slot, or held."""
+    lease: float | None = 0.0
+    """The worker's ``pause_lease`` in force (``None``: it never fences)."""
 
     def running(self, scope: Scope | None) -> tuple[InFlight, ...]:
         """The requests of ``scope`` that may be running."""
@@ -128,6 +130,7 @@ class WorkerSnapshot:
             pool_problem=self.pool.problem,
             as_of=self.as_of,
             readded=self.readded(enforced.scope if enforced is not None else None),
+            lease=self.lease,
         )
 
     def readded(self, scope: Scope | None) -> tuple[str, ...]:

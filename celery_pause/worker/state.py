@@ -50,6 +50,7 @@ class WorkerState:
         gate: Gate,
         clock: StoreClock,
         listening: Callable[[], tuple[str, ...]] = tuple,
+        lease: float | None = 0.0,
     ) -> None:
         """Nothing applied or read yet.
 
@@ -59,12 +60,14 @@ class WorkerState:
             gate: The worker's gate (read for the snapshot only).
             clock: The store's clock, set at every read.
             listening: The queues the consumer consumes now (read for the snapshot only).
+            lease: ``pause_lease`` in force (said in its reports, for waits to count it).
         """
         self.hostname = hostname
         self.pool = pool
         self.clock = clock
         self._gate = gate
         self._listening = listening
+        self.lease = lease
         self._lock = threading.Lock()
         self._applied: Applied | None = None
         self._newest: Delivered | None = None
@@ -221,4 +224,5 @@ class WorkerState:
             store_now=self.clock.now(),
             active=len(worker_state.active_requests),
             reserved=len(worker_state.reserved_requests),
+            lease=self.lease,
         )

@@ -105,8 +105,10 @@ def test_a_worker_with_a_wrong_password_logs_the_failure_without_it(
         f"redis://:{SECRET}@127.0.0.1:{free_port()}/0",  # nothing listens there
         f"redis://user:{SECRET}@127.0.0.1:{free_port()}/0",
         f"unix://:{SECRET}@/nonexistent/redis.sock",
+        # several hosts (kombu cannot parse them) and the password in the query
+        f"redis+cluster://127.0.0.1:{free_port()},127.0.0.1:{free_port()}?password={SECRET}",
     ],
-    ids=["refused", "user-and-password", "unix-socket"],
+    ids=["refused", "user-and-password", "unix-socket", "cluster-query-password"],
 )
 def test_store_errors_never_show_the_password(url: str) -> None:
     # Given a client whose store URL has a password, and a store that cannot be reached
