@@ -134,3 +134,18 @@ def test_a_task_id_reads_as_bounded_text_and_shows_as_ascii(value: Any) -> None:
     assert len(text_of(value)) <= MAX_VALUE + 1
     text_of(value).encode()
     assert shown(value).isprintable() and len(shown(value)) <= 65
+
+
+@settings(max_examples=100, deadline=None)
+@given(shadow=hostile)
+def test_a_held_request_of_any_shadow_name_is_counted_by_its_bounded_name(shadow: Any) -> None:
+    # Given a gate holding every queue, When a request with that shadow name arrives
+    passed: list[Request] = []
+    gate = Gate(passed.append, lambda req: "default", hostname="w1@host", labels=LABELS)
+    gate.hold_to(Scope.of(["default"]))
+    gate(request_of("B", shadow=shadow))
+
+    # Then it is held, and the figures count it under a name a report and a metric can hold
+    figures = gate.figures()
+    assert figures.held == 1 and passed == []
+    assert all(type(name) is str and len(name) <= MAX_VALUE + 1 for name in figures.held_by_task)
