@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import shutil
 from collections.abc import Iterator
-from datetime import datetime, timedelta
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
@@ -120,7 +120,9 @@ def test_the_status_page_schedules_and_cancels_a_pause_and_shows_windows(
     from playwright.sync_api import expect
 
     # Given an app with a maintenance window, and its status page
-    window = {"name": "nightly", "schedule": crontab(hour=2, minute=0), "duration": 3600}
+    # (at an hour twelve hours away: the window must not be in force while the test runs)
+    hour = (datetime.now(timezone.utc).hour + 12) % 24
+    window = {"name": "nightly", "schedule": crontab(hour=hour, minute=0), "duration": 3600}
     app = make_app(
         namespace=redis_cluster.namespace,
         broker=redis_cluster.broker,
