@@ -9,9 +9,9 @@ holds it too (``WAIT``), so a failover does not lose an acknowledged pause.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, TypeVar
 from urllib.parse import unquote, urlsplit
 
 import redis.sentinel
@@ -21,6 +21,10 @@ from redis.retry import Retry
 from ..errors import ConfigurationError, StoreError
 from .base import bad_url, display
 from .redis import RESP2, RedisStore
+
+T = TypeVar("T")
+FAILOVER_TRIES = 3
+"""Runs of a transaction that a just-demoted master refused, before the error is the caller's."""
 
 SSL_OPTIONS = ("ssl", "ssl_cert_reqs", "ssl_ca_certs", "ssl_certfile", "ssl_keyfile")
 OPTIONS = ("master_name", "sentinel_kwargs", "wait_replicas", *SSL_OPTIONS)
@@ -71,6 +75,17 @@ class SentinelStore(RedisStore):
         cls, url: str, prefix: str, *, timeout: float, options: Mapping[str, Any]
     ) -> SentinelStore:
         return cls(url, prefix, options=options, timeout=timeout)
+
+    def _transaction(self, work: Callable[[redis.client.Pipeline], T], key: str) -> T:
+        """As the Redis store's, but a master demoted by a failover the client has not seen
+        yet refuses the write inside the transaction (``READONLY``, then ``EXECABORT``):
+        nothing was written, so ask the sentinels for the master again and run it once more."""
+        for _ in range(FAILOVER_TRIES - 1):
+            try:
+                return super()._transaction(work, key)
+            except (redis.exceptions.ExecAbortError, redis.exceptions.ReadOnlyError):
+                self.client.connection_pool.disconnect()
+        return super()._transaction(work, key)
 
     @contextmanager
     def _failing(self) -> Iterator[None]:
