@@ -13,6 +13,7 @@ import threading
 import time
 from collections.abc import Callable
 from contextlib import suppress
+from typing import Any, cast
 
 import redis
 
@@ -88,7 +89,7 @@ class Listener(threading.Thread):
 
     def _listen(self) -> None:
         """Subscribe and hand on messages until stopped, or the connection goes silent."""
-        pubsub = self.client.pubsub()  # type: ignore[no-untyped-call]
+        pubsub = cast(Any, self.client).pubsub()  # typed from redis-py 8.2 on, untyped before
         try:
             pubsub.subscribe(self.channel)
             heard = pinged = time.monotonic()

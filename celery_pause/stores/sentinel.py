@@ -56,7 +56,8 @@ class SentinelStore(RedisStore):
         # A connection the old master dropped in a failover is made again once, to the
         # master the sentinels name now (redis-py retries none on sentinel-managed pools;
         # a transaction cut off while watching fails as contention and is run again).
-        sentinel = redis.sentinel.Sentinel(  # type: ignore[no-untyped-call]
+        connect: Any = redis.sentinel.Sentinel  # typed from redis-py 8.2 on, untyped before
+        sentinel = connect(
             hosts,
             sentinel_kwargs={**timeouts, **once, **sentinel_kwargs},
             db=db,
@@ -67,7 +68,7 @@ class SentinelStore(RedisStore):
             **{key: options[key] for key in SSL_OPTIONS if key in options},
         )
         self.master_name = master
-        client: redis.Redis = sentinel.master_for(master)  # type: ignore[no-untyped-call]
+        client: redis.Redis = sentinel.master_for(master)
         super().__init__(url, prefix, timeout=timeout, client=client, replicas=replicas)
 
     @classmethod
