@@ -22,28 +22,36 @@ pause_api = importlib.import_module("celery_pause.api.holding")  # where pause()
 
 @contextmanager
 def steps(timings: dict[str, float]) -> Iterator[None]:
-    """Record when ``pause()`` had written the state, sent the broadcast and the history."""
-    notify, confirmed = pause_api.notify_workers, pause_api.confirmed
+    """Record when ``pause()`` had announced the pause, written the state, sent the broadcast
+    and the history."""
+    announce, notify, confirmed = pause_api.announce, pause_api.notify_workers, pause_api.confirmed
+
+    def timed_announce(*args: Any, **kwargs: Any) -> bool:
+        sent = bool(announce(*args, **kwargs))
+        timings["announced"] = time.time()
+        return sent
 
     def timed_notify(app: Celery) -> None:
         timings["written"] = time.time()
         notify(app)
         timings["notified"] = time.time()
 
-    def timed_confirmed(*args: Any) -> Any:
+    def timed_confirmed(*args: Any, **kwargs: Any) -> Any:
         timings["recorded"] = time.time()
-        return confirmed(*args)
+        return confirmed(*args, **kwargs)
 
+    pause_api.announce = timed_announce
     pause_api.notify_workers, pause_api.confirmed = timed_notify, timed_confirmed
     try:
         yield
     finally:
+        pause_api.announce = announce
         pause_api.notify_workers, pause_api.confirmed = notify, confirmed
 
 
 def timed_pause(app: Celery) -> dict[str, float]:
-    """``pause(app, wait=True)``: ``called``, ``written``, ``notified``, ``recorded`` and
-    ``returned`` (``time.time()``), and the generation it placed."""
+    """``pause(app, wait=True)``: ``called``, ``announced``, ``written``, ``notified``,
+    ``recorded`` and ``returned`` (``time.time()``), and the generation it placed."""
     timings: dict[str, float] = {}
     with steps(timings):
         timings["called"] = time.time()

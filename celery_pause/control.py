@@ -1,12 +1,14 @@
 """Remote commands: ``pause_refresh`` (re-read the state now; sent by every pause and
-resume) and ``inspect pause_state`` (what a worker applies, holds and runs).
+resume), ``pause_announce`` (hold a scope whose pause is being written) and ``inspect
+pause_state`` (what a worker applies, holds and runs).
 
 Neither reaches a worker with ``worker_enable_remote_control = False``, nor any worker of
 a broker without fanout (SQS): there :func:`notify_workers` relies on the store's own
 notifications (``pause_store_notify``), and on each worker's poll of the store.
 
-They read what the apply step put on the consumer: ``pause_sync`` (the store thread)
-and ``pause_state`` (the worker's :class:`~celery_pause.worker.state.WorkerState`).
+They read what the apply step put on the consumer: ``pause_sync`` (the store thread),
+``pause_state`` (the worker's :class:`~celery_pause.worker.state.WorkerState`) and
+``pause_announced`` (its handler of announcements).
 """
 
 from __future__ import annotations
@@ -17,12 +19,17 @@ from typing import Any, cast
 from celery import Celery
 from celery.worker.control import control_command, inspect_command, nok, ok
 
+from .model.placing import Placing
+from .model.scope import Scope, rule_from_json
 from .settings import config_for
 from .stores import store_for
 
 logger = logging.getLogger(__name__)
 
 REFRESH = "pause_refresh"
+ANNOUNCE = "pause_announce"
+ANNOUNCED_FOR = 10.0
+"""Seconds a worker holds an announced scope at most, unless a read shows its hold first."""
 
 
 @control_command()  # type: ignore[untyped-decorator]
@@ -33,6 +40,24 @@ def pause_refresh(state: Any) -> dict[str, str]:
         return cast(dict[str, str], nok("celery-pause is not installed on this worker"))
     sync.refresh()
     return cast(dict[str, str], ok("refreshing"))
+
+
+@control_command()  # type: ignore[untyped-decorator]
+def pause_announce(state: Any, hold: Any = "", rule: Any = None, seconds: Any = 0.0) -> Any:
+    """Hold the scope ``rule`` of the hold ``hold`` being written, for ``seconds`` at most or
+    until a read shows it (``seconds`` 0: the write failed, stop holding it)."""
+    announced = getattr(state.consumer, "pause_announced", None)
+    if announced is None:
+        return nok("celery-pause is not installed on this worker")
+    try:
+        if not isinstance(hold, str) or not hold or len(hold) > 64:
+            raise ValueError(f"hold is {hold!r:.80}")
+        scope = Scope(frozenset({rule_from_json(rule)}))
+        seconds = min(max(float(seconds), 0.0), ANNOUNCED_FOR)
+    except (KeyError, TypeError, ValueError, AttributeError, OverflowError) as exc:
+        return nok(f"unreadable announcement: {exc!r:.200}")
+    announced(hold, scope, seconds)
+    return ok("holding" if seconds else "withdrawn")
 
 
 @inspect_command()  # type: ignore[untyped-decorator]
@@ -56,6 +81,29 @@ def notify_workers(app: Celery) -> None:
             app.control.broadcast(REFRESH, reply=False)
     except Exception as exc:
         logger.warning("celery-pause: could not notify workers (%s); they poll instead", exc)
+
+
+def announce(app: Celery, placing: Placing, *, seconds: float = ANNOUNCED_FOR) -> bool:
+    """Before a pause that holds at once is written: have every connected worker hold its
+    scope already (until a read shows the hold, or ``seconds``), so that the write's time
+    (a SQL store's first connection in a fresh process) is not time tasks keep starting.
+    Whether the announcement went out (not where there is no broadcast)."""
+    if not placing.closes_now:
+        return False
+    try:
+        if not has_broadcast(app):
+            return False
+        arguments = {"hold": placing.id, "rule": placing.scope.rule.to_json(), "seconds": seconds}
+        app.control.broadcast(ANNOUNCE, arguments=arguments, reply=False)
+    except Exception as exc:
+        logger.warning("celery-pause: could not announce the pause (%s); writing it", exc)
+        return False
+    return True
+
+
+def withdraw(app: Celery, placing: Placing) -> None:
+    """The announced pause ``placing`` was not written: the workers stop holding its scope."""
+    announce(app, placing, seconds=0.0)
 
 
 def has_broadcast(app: Celery) -> bool:

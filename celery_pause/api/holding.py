@@ -1,4 +1,5 @@
-"""What pause and throttle share: write the hold asked for, notify, record, then wait."""
+"""What pause and throttle share: announce a pause, write the hold asked for, notify,
+record, then wait."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from dataclasses import replace
 
 from celery import Celery
 
-from ..control import notify_workers
+from ..control import announce, notify_workers, withdraw
 from ..errors import InvalidInput, PauseTimeout
 from ..history import pause_entry, record
 from ..model.placing import Placing, place
@@ -39,16 +40,27 @@ def place_hold(
 ) -> PauseResult:
     """Write the hold ``placing`` asks for, tell the workers, record it, then wait if asked
     (the steps :func:`pause` and :func:`~celery_pause.api.throttle.throttle` share); with
-    ``wait_for_lost``, for lost workers too."""
+    ``wait_for_lost``, for lost workers too.
+
+    A pause that holds at once is announced to the workers first (:func:`announce`): they
+    hold its scope while the store is opened and written, and stop when a read shows the
+    hold, or at once if the write fails.
+    """
     if wait:
         timeout = check_timeout(timeout)
-    store = store_for(app)
-    if strict:
-        ttl = config_for(app).worker_ttl
-        refused = unmatched(app, placing.scope.rule, store.live_reports(ttl, store.now()))
-        if refused:
-            raise InvalidInput("; ".join(refused) + " (--strict: nothing was recorded)")
-    done = store.update(lambda state, now: place(state, now, placing))
+    announced = notify and announce(app, placing)
+    try:
+        store = store_for(app)
+        if strict:
+            ttl = config_for(app).worker_ttl
+            refused = unmatched(app, placing.scope.rule, store.live_reports(ttl, store.now()))
+            if refused:
+                raise InvalidInput("; ".join(refused) + " (--strict: nothing was recorded)")
+        done = store.update(lambda state, now: place(state, now, placing))
+    except BaseException:
+        if announced:
+            withdraw(app, placing)
+        raise
     if notify:
         notify_workers(app)
     placed = done.result

@@ -8,14 +8,14 @@ manual holds it replaced (:class:`Placed`).
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from ..errors import AlreadyPaused, InvalidInput
 from .formatting import format_time
 from .limit import Limit
 from .outcome import Outcome
 from .scope import Scope
-from .state import MANUAL, Hold, PauseState
+from .state import MANUAL, Hold, PauseState, fresh_id
 
 
 @dataclass(frozen=True)
@@ -33,6 +33,13 @@ class Placing:
     """Replace the manual holds it overlaps instead of refusing."""
     limit: Limit | None = None
     """``None``: a pause; else the limit placed (a throttle)."""
+    id: str = field(default_factory=fresh_id)
+    """The id of the hold it places (known before the write: announced to the workers)."""
+
+    @property
+    def closes_now(self) -> bool:
+        """Whether it pauses its scope from the moment it is written."""
+        return self.limit is None and self.start_at is None
 
 
 @dataclass(frozen=True)
@@ -76,6 +83,7 @@ def place(state: PauseState, now: float, placing: Placing) -> Outcome[PauseState
         start_at=start,
         beat=placing.beat,
         limit=placing.limit,
+        id=placing.id,
     )
     live = state.live_holds(now)
     conflicts = tuple(other for other in live if other.manual and _conflict(other, hold, now))

@@ -37,6 +37,11 @@ BEAT_SKIP = "skip"
 BEAT_POLICIES = (BEAT_QUEUE, BEAT_SKIP)
 
 
+def fresh_id() -> str:
+    """A new random id (of a hold, or of an epoch)."""
+    return uuid.uuid4().hex[:12]
+
+
 @dataclass(frozen=True)
 class Hold:
     """One reason for queues to be paused."""
@@ -47,7 +52,7 @@ class Hold:
     reason: str | None = None
     paused_at: float = 0.0
     resume_at: float | None = None
-    id: str = field(default_factory=lambda: uuid.uuid4().hex[:12])
+    id: str = field(default_factory=fresh_id)
     start_at: float | None = None
     """Store time the hold starts; ``None``: at once (it was placed at ``paused_at``)."""
     beat: str = BEAT_QUEUE
@@ -149,11 +154,6 @@ class Hold:
             return unreadable_hold(f"unreadable hold: {exc!r}"[:200])
 
 
-def fresh_epoch() -> str:
-    """A new random epoch id."""
-    return uuid.uuid4().hex[:12]
-
-
 @dataclass(frozen=True)
 class Restored:
     """How a worker restored the state after the store forgot it."""
@@ -214,7 +214,7 @@ class PauseState:
     def following(self, **changes: Any) -> PauseState:
         """The next generation with ``changes``: same epoch (a fresh one for a state
         written from nothing or replacing an unreadable one), no longer restored."""
-        epoch = self.epoch or fresh_epoch()
+        epoch = self.epoch or fresh_id()
         return replace(self, generation=self.generation + 1, epoch=epoch, restored=None, **changes)
 
     def live_holds(self, now: float) -> tuple[Hold, ...]:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from typing import Any
 
 from celery import bootsteps
@@ -39,7 +40,7 @@ from .pools import (
     support_for,
     take_waiters,
 )
-from .snapshot import UNREAD, Applied, WorkerSnapshot
+from .snapshot import UNREAD, Applied, Delivered, WorkerSnapshot
 from .state import StoreClock, WorkerState
 from .sync import StoreSync
 
@@ -111,6 +112,7 @@ class ApplyStep(bootsteps.StartStopStep):
         c.pause_state = self.state
         c.pause_gate = self.gate
         c.pause_sync = self.sync
+        c.pause_announced = self.announced
         self._return_scheduled = False
         self._pump_scheduled = False
 
@@ -197,9 +199,20 @@ class ApplyStep(bootsteps.StartStopStep):
         change: the ``synloop`` would only get to it after its current wait for the broker.
         """
         delivered = self.state.deliver(snapshot.state, snapshot.now)
-        if delivered is None:
-            return
-        scope = delivered.applied.scope
+        if delivered is not None:
+            self._deliver(delivered)
+
+    def announced(self, hold: str, scope: Scope, seconds: float) -> None:
+        """From the ``pause_announce`` command: hold ``scope``, a pause being written as the
+        hold ``hold``, until a read shows it or ``seconds`` pass (0: no longer)."""
+        delivered = self.state.announce(hold, scope, seconds)
+        if seconds:
+            self.sync.read_at(time.monotonic() + seconds)  # to let it lapse then
+        if delivered is not None:
+            self._deliver(delivered)
+
+    def _deliver(self, delivered: Delivered) -> None:
+        scope = delivered.applied.holding
         if self.pool.greenlets:
             # Greenlets switch only where they block, and nothing between the gate's
             # check and its hold blocks: the gate opens here as safely as on the loop,
@@ -288,9 +301,10 @@ class ApplyStep(bootsteps.StartStopStep):
         pause as read at store time ``as_of``."""
         c = self.consumer
         scope = applied.scope
-        previous = self.state.applied.scope if self.state.applied else NOTHING
-        self.gate.hold_to(scope, self.state.ramps, applied.limits)
-        self._match_consumers(scope)
+        last = self.state.applied
+        previous = last.scope if last else NOTHING
+        self.gate.hold_to(applied.holding, self.state.ramps, applied.limits)
+        self._match_consumers(applied.holding)
         semaphore = getattr(c.controller, "semaphore", None)
         if semaphore is not None:
             take_waiters(self.gate, semaphore)
@@ -303,7 +317,11 @@ class ApplyStep(bootsteps.StartStopStep):
         self.state.mark_applied(applied, as_of=as_of)
         self.sync.publish_now()
         if scope != previous:
-            self._announce(applied, previous)
+            self._tell(applied, previous)
+        if applied.announced and applied.announced != (last.announced if last else NOTHING):
+            logger.info(
+                "celery-pause: holding %s: a pause being written", applied.announced.describe()
+            )
         if applied.limits != before:
             limits = "; ".join(hold.describe() for hold in applied.limits) or "none"
             logger.warning("celery-pause: generation %d: limits: %s", applied.generation, limits)
@@ -334,7 +352,7 @@ class ApplyStep(bootsteps.StartStopStep):
             elif name not in listed:
                 c.add_task_queue(name)
 
-    def _announce(self, applied: Applied, previous: Scope) -> None:
+    def _tell(self, applied: Applied, previous: Scope) -> None:
         generation, scope, holds = applied.generation, applied.scope, self.state.holds
         by = "; ".join(hold.describe() for hold in holds) or "no hold"
         if scope:

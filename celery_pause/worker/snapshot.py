@@ -27,6 +27,13 @@ class Applied:
     generation: int
     scope: Scope
     limits: tuple[Hold, ...] = ()
+    announced: Scope = NOTHING
+    """What pauses announced but not read yet hold too (:func:`~celery_pause.control.announce`)."""
+
+    @property
+    def holding(self) -> Scope:
+        """What the gate holds: the scope paused and the scope announced."""
+        return self.scope | self.announced if self.announced else self.scope
 
 
 NOT_APPLIED = Applied(-1, NOTHING)
@@ -98,6 +105,7 @@ class WorkerSnapshot:
         return {
             "generation": applied.generation,
             "scope": applied.scope.to_json(),
+            "announced": applied.announced.to_json(),
             "holds": [h.to_json() for h in self.holds if h.scope.for_worker(mine)],
             "scheduled": [h.to_json() for h in self.scheduled if h.scope.for_worker(mine)],
             "held": dict(self.gate.held_by_task),

@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterable
 from celery.worker import state as worker_state
 
 from ..model.ramp import Ramp
+from ..model.scope import NOTHING, Scope
 from ..model.state import Hold, PauseState
 from .gate import Gate
 from .pools import PoolSupport
@@ -78,6 +79,10 @@ class WorkerState:
         self._breakers: tuple[str, ...] = ()
         self._consumed: tuple[str, ...] = ()
         self._store_ok = True
+        self._last: tuple[PauseState, float] | None = None
+        """The last state read, and the store time of that read."""
+        self._announced: dict[str, tuple[Scope, float]] = {}
+        """Per announced hold id, its scope here and ``time.monotonic()`` it is held until."""
 
     # -- read by the consumer loop ----------------------------------------------------------
     @property
@@ -107,13 +112,42 @@ class WorkerState:
             self._read(state, now)
             self._holds = state.active_holds(now)
             self._as_of = now
-        return self._applies(state, now)
+            return self._applies(state, now)
 
     def _applies(self, state: PauseState, now: float) -> Applied:
-        """What this worker applies of ``state`` at store time ``now``."""
+        """What this worker applies of ``state`` at store time ``now`` (under the lock): the
+        announcements it does not show yet held too, until they lapse."""
         here = self.hostname
         limits = tuple(hold for hold in state.limits(now) if hold.scope.for_worker(here))
-        return Applied(state.generation, state.paused(now).for_worker(here), limits)
+        written = {hold.id for hold in state.holds}
+        moment = time.monotonic()
+        self._announced = {
+            hold: (scope, until)
+            for hold, (scope, until) in self._announced.items()
+            if hold not in written and moment < until
+        }
+        announced = NOTHING
+        for scope, _ in self._announced.values():
+            announced = announced | scope
+        return Applied(state.generation, state.paused(now).for_worker(here), limits, announced)
+
+    def announce(self, hold: str, scope: Scope, seconds: float) -> Delivered | None:
+        """A pause of ``scope`` is being written as hold ``hold``: hold that scope until a read
+        shows the hold or ``seconds`` pass (0: the write failed, stop holding it); what it
+        changes, or ``None``."""
+        with self._lock:
+            if seconds > 0:
+                until = time.monotonic() + seconds
+                self._announced[hold] = (scope.for_worker(self.hostname), until)
+            else:
+                self._announced.pop(hold, None)
+            if self._last is None or self._heading_to() == UNREAD:
+                return None  # nothing read yet, or fenced: every task is held already
+            newest = self._applies(*self._last)
+            if self._heading_to() == newest:
+                return None
+            self._newest = Delivered(newest, self._last[1])
+            return self._newest
 
     def deliver(self, state: PauseState, now: float) -> Delivered | None:
         """A read at store time ``now``: what it changes, or ``None`` if it changes nothing
@@ -122,8 +156,8 @@ class WorkerState:
         On green pools the change counts as enforced at once: the store greenlet sets
         the gate itself.
         """
-        newest = self._applies(state, now)
         with self._lock:
+            newest = self._applies(state, now)
             self._read(state, now)
             if self._heading_to() == newest:
                 if self._applied == newest:
@@ -155,7 +189,9 @@ class WorkerState:
             self._store_ok = False
 
     def _read(self, state: PauseState, now: float) -> None:
-        """Keep what every read brings: the clock, the scheduled holds and the ramps."""
+        """Keep what every read brings: the state, the clock, the scheduled holds and the
+        ramps."""
+        self._last = (state, now)
         self.clock.read_at(now)
         self._scheduled = state.scheduled_holds(now)
         self._ramps = tuple(r for r in state.live_ramps(now) if r.scope.for_worker(self.hostname))

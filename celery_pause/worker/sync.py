@@ -100,6 +100,8 @@ class StoreSync(threading.Thread):
         self._wake = threading.Event()
         self._stopping = threading.Event()
         self._read_requested = True
+        self._read_by = float("inf")
+        """``time.monotonic()`` of a read asked for ahead (:meth:`read_at`)."""
         self._published: Published | None = None
         self._next_heartbeat = 0.0
         self._errors = ThrottledLog(logger)
@@ -119,6 +121,11 @@ class StoreSync(threading.Thread):
     def refresh(self) -> None:
         """Read the store now (the push path)."""
         self._read_requested = True
+        self._wake.set()
+
+    def read_at(self, moment: float) -> None:
+        """Read the store again once ``time.monotonic()`` reaches ``moment`` (at the latest)."""
+        self._read_by = min(self._read_by, moment)
         self._wake.set()
 
     def publish_now(self) -> None:
@@ -157,8 +164,11 @@ class StoreSync(threading.Thread):
         next_read = 0.0
         while not self._stopping.is_set():
             try:
+                next_read = min(next_read, self._read_by)
                 if self._read_requested or time.monotonic() >= next_read:
                     self._read_requested = False
+                    if self._read_by <= time.monotonic():
+                        self._read_by = float("inf")
                     self._read()
                     next_read = time.monotonic() + self._read_interval()
                 if time.monotonic() >= self._lease_end:

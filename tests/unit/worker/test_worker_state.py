@@ -3,6 +3,7 @@ one snapshot (pure logic: a real gate, no consumer)."""
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 
 from celery_pause.model.scope import NOTHING, Scope
@@ -124,3 +125,55 @@ def test_before_the_first_apply_nothing_is_reported_applied() -> None:
     assert snapshot.applied is None and snapshot.enforced is None
     assert snapshot.describe()["generation"] == -1
     assert snapshot.describe()["scope"] == NOTHING.to_json()
+
+
+def test_an_announced_pause_holds_until_a_read_shows_its_hold() -> None:
+    # Given a worker that applied a state with nothing paused
+    state, _ = worker()
+    state.mark_applied(state.starts_with(PauseState(), NOW), as_of=NOW)
+
+    # When a pause of queue a is announced as hold h1, and a read that does not show it
+    # yet comes in (the write has not landed)
+    announced = state.announce("h1", Scope.of(["a"]), 10.0)
+    assert announced is not None and announced.applied.holding == Scope.of(["a"])
+    state.mark_applied(announced.applied)
+    assert state.deliver(PauseState(), NOW + 1) is None
+
+    # Then queue a stays held; once a read shows the hold, it is the hold that pauses a
+    written = PauseState().with_holds([Hold(scope=Scope.of(["a"]), paused_at=NOW, id="h1")])
+    delivered = state.deliver(written, NOW + 2)
+    assert delivered is not None
+    assert (delivered.applied.scope, delivered.applied.announced) == (Scope.of(["a"]), NOTHING)
+
+
+def test_an_announcement_withdrawn_or_lapsed_holds_nothing() -> None:
+    # Given a worker holding two announced pauses
+    state, _ = worker()
+    state.mark_applied(state.starts_with(PauseState(), NOW), as_of=NOW)
+    state.announce("h1", Scope.of(["a"]), 10.0)
+    held = state.announce("h2", Scope.of(["b"]), 0.001)
+    assert held is not None and held.applied.holding == Scope.of(["a"]) | Scope.of(["b"])
+
+    # When the first is withdrawn (its write failed) and the second's time passes
+    withdrawn = state.announce("h1", Scope.of(["a"]), 0.0)
+    assert withdrawn is not None and withdrawn.applied.holding == Scope.of(["b"])
+    state.mark_applied(withdrawn.applied)
+    deadline = time.monotonic() + 0.002
+    while time.monotonic() < deadline:
+        pass
+
+    # Then the next read holds nothing
+    delivered = state.deliver(PauseState(), NOW + 1)
+    assert delivered is not None and delivered.applied.holding == NOTHING
+
+
+def test_an_announcement_never_opens_a_fenced_worker() -> None:
+    # Given a worker whose lease ran out (every task held)
+    state, _ = worker()
+    state.mark_applied(state.starts_with(PauseState(), NOW), as_of=NOW)
+    state.fence()
+
+    # When a pause is announced, it changes nothing: every task stays held
+    assert state.announce("h1", Scope.of(["a"]), 10.0) is None
+    unapplied = state.unapplied()
+    assert unapplied is not None and unapplied.applied.scope.everything
