@@ -11,10 +11,10 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager, suppress
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import psutil
 import redis
@@ -22,6 +22,7 @@ from celery import Celery
 
 import celery_pause
 
+from .polling import wait_for as wait_for
 from .processes import track
 from .proj import RECORD_TASK, RECORDS_URL, make_app
 from .stores import REDIS_STORE, purge
@@ -30,25 +31,11 @@ REDIS_BROKER = "redis://127.0.0.1:6379/14"
 AMQP_BROKER = "amqp://guest:guest@127.0.0.1:5672//"
 ROOT = Path(__file__).resolve().parent.parent
 
-T = TypeVar("T")
-
 
 def answers(host: str, port: int) -> bool:
     with suppress(OSError), socket.create_connection((host, port), timeout=1):
         return True
     return False
-
-
-def wait_for(probe: Callable[[], T], *, timeout: float, what: str, interval: float = 0.02) -> T:
-    """Poll ``probe`` until it returns something truthy; fail after ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = probe()
-        if value:
-            return value
-        if time.monotonic() >= deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(interval)
 
 
 def started_between(

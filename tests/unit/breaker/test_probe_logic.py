@@ -91,16 +91,6 @@ def test_metrics_without_prometheus_client_answer_with_the_install_hint(
     assert b"pip install 'celery-pause[metrics]'" in response.body
 
 
-def test_metrics_count_held_tasks_per_task_name() -> None:
-    # Given a worker whose gate holds two tasks of one type and one of another
-    monitor = StandIn(view(held=3, held_by_task={"proj.a": 2, "proj.b": 1}))
-
-    # When /metrics is scraped, Then each task name has its count
-    body = get(monitor, "/metrics").body
-    assert b'celery_pause_held_tasks{task="proj.a"} 2.0' in body
-    assert b'celery_pause_held_tasks{task="proj.b"} 1.0' in body
-
-
 def test_only_get_and_known_paths() -> None:
     assert get(StandIn(view()), "/nothing").status == 404
     probes = Probes(StandIn(view()))  # type: ignore[arg-type]

@@ -3,10 +3,7 @@ and the start check on in-process pools (pure logic, with fakes for the pool sid
 
 from __future__ import annotations
 
-import subprocess
-import sys
 import types
-import warnings
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -23,7 +20,6 @@ from celery_pause.worker.pools import (
     missing_internals,
     pool_name,
     support_for,
-    threads_are_green,
 )
 
 
@@ -110,17 +106,6 @@ def hand_over(pool: QueuedPool, request: FakeRequest) -> list[str]:
         accept_callback=request.on_accepted,
     )
     return ran
-
-
-def test_celerys_in_process_pools_have_every_internal_the_start_check_needs() -> None:
-    # Given Celery's threads and gevent pools as installed; When checked; Then nothing is missing
-    assert missing_internals(thread.TaskPool(limit=1), thread, Request) == []
-    gevent = pytest.importorskip("celery.concurrency.gevent")
-    assert missing_internals(gevent.TaskPool(limit=1), gevent, Request) == []
-    with warnings.catch_warnings():  # eventlet is deprecated; celery was imported before it
-        warnings.simplefilter("ignore")
-        eventlet = pytest.importorskip("celery.concurrency.eventlet")
-        assert missing_internals(eventlet.TaskPool(limit=1), eventlet, Request) == []
 
 
 def test_missing_or_changed_internals_are_named() -> None:
@@ -270,30 +255,3 @@ def test_a_release_off_the_loop_leaves_requests_the_worker_dropped_meanwhile(
 
     # Then only the other goes on: the broker delivers the dropped one again
     assert released == 1 and passed == ["kept"] and gate.held_requests() == []
-
-
-@pytest.mark.parametrize("pool", ["gevent", "eventlet"])
-def test_green_threads_are_found_only_where_the_pools_library_patched_threading(
-    pool: str,
-) -> None:
-    # Given this process, where nothing is monkey-patched
-    # Then the worker's threads are not greenlets
-    assert not threads_are_green(pool)
-
-    # When the pool's library patches everything first, as `celery worker -P <pool>` does
-    patch = {
-        "gevent": "from gevent import monkey; monkey.patch_all()",
-        "eventlet": "import eventlet; eventlet.monkey_patch()",
-    }[pool]
-    check = "from celery_pause.worker.pools import threads_are_green as green"
-    found = subprocess.run(
-        [sys.executable, "-W", "ignore", "-c", f"{patch}\n{check}\nprint(green({pool!r}))"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=True,
-    )
-
-    # Then they are, and only for that pool's name
-    assert found.stdout.strip() == "True", found.stderr
-    assert not threads_are_green("threads")

@@ -13,7 +13,7 @@ from celery_pause.worker.pools import PoolSupport
 from celery_pause.worker.snapshot import Applied, WorkerSnapshot
 from celery_pause.worker.sync import StoreSync
 from celery_pause.worker.view import GateCounters, GateFigures, InFlight
-from support.harness import wait_for
+from support.polling import wait_for
 
 POLL = 5.0
 PAUSED = Applied(1, EVERYTHING)
