@@ -1,7 +1,7 @@
 """celery-pause benchmark: every figure next to its baseline, on real Redis and real workers.
 
     python -m bench.run                 # the full set (about 16 minutes)
-    python -m bench.run --quick --json  # fewer rounds, 2-6 minutes; one JSON object on stdout
+    python -m bench.run --quick --json  # fewer rounds, about 3 minutes; one JSON object on stdout
     python -m bench.run --control       # the throughput method with no step on either side
     python -m bench.run --cpu           # CPU per task with and without the step, one at a time
     python -m bench.run --instructions  # main-thread instructions per task (needs valgrind)

@@ -14,6 +14,7 @@ They read what the apply step put on the consumer: ``pause_sync`` (the store thr
 from __future__ import annotations
 
 import logging
+import math
 from typing import Any, cast
 
 from celery import Celery
@@ -53,7 +54,10 @@ def pause_announce(state: Any, hold: Any = "", rule: Any = None, seconds: Any = 
         if not isinstance(hold, str) or not hold or len(hold) > 64:
             raise ValueError(f"hold is {hold!r:.80}")
         scope = Scope(frozenset({rule_from_json(rule)}))
-        seconds = min(max(float(seconds), 0.0), ANNOUNCED_FOR)
+        seconds = float(seconds)
+        if math.isnan(seconds):
+            raise ValueError("seconds is NaN")
+        seconds = min(max(seconds, 0.0), ANNOUNCED_FOR)
     except (KeyError, TypeError, ValueError, AttributeError, OverflowError) as exc:
         return nok(f"unreadable announcement: {exc!r:.200}")
     announced(hold, scope, seconds)

@@ -9,9 +9,9 @@ from celery import bootsteps
 
 from .breaker.step import BreakerStep
 from .http.step import HttpStep
+from .monitor.step import MonitorStep
 from .settings import config_for
 from .worker.apply import ApplyStep
-from .worker.monitor import MonitorStep
 
 logger = logging.getLogger(__name__)
 

@@ -9,7 +9,8 @@ from typing import Any
 from celery_pause.http.health import Probes
 from celery_pause.http.server import Request, Response
 from celery_pause.model.scope import NOTHING
-from celery_pause.worker.view import GateCounters, WorkerView
+from celery_pause.monitor.view import WorkerView
+from celery_pause.worker.figures import GateCounters
 
 
 class StandIn:

@@ -11,7 +11,7 @@ import logging
 
 from ..errors import ConfigurationError
 from ..model.formatting import format_time
-from ..worker.view import Observed
+from ..monitor.view import Observed
 from .metrics import INSTALL_HINT, render, require_prometheus
 from .server import Request, Response, Server, json_response, wsgi_app
 

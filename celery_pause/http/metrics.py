@@ -16,7 +16,7 @@ from typing import Any
 from ..errors import ConfigurationError
 from ..model.ramp import Ramp
 from ..model.state import Hold
-from ..worker.view import Observed, WorkerView
+from ..monitor.view import Observed, WorkerView
 
 INSTALL_HINT = "pip install 'celery-pause[metrics]'"
 

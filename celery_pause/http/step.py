@@ -1,8 +1,8 @@
 """The consumer bootstep that serves ``/healthz``, ``/readyz`` and ``/metrics``.
 
 On only when ``pause_http_port`` is set. It serves what the worker's monitor
-(``c.pause_monitor``, put there by :class:`~celery_pause.worker.monitor.MonitorStep`)
-sees, so it needs nothing but the monitor's picture (:class:`~celery_pause.worker.view.Observed`).
+(``c.pause_monitor``, put there by :class:`~celery_pause.monitor.step.MonitorStep`)
+sees, so it needs nothing but the monitor's picture (:class:`~celery_pause.monitor.view.Observed`).
 """
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ from typing import Any
 from celery import bootsteps
 from celery.worker.consumer import Consumer
 
+from ..monitor.step import MonitorStep
 from ..settings import config_for
-from ..worker.monitor import MonitorStep
 from .health import serve_probes
 from .server import Server
 

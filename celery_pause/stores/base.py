@@ -25,7 +25,8 @@ QUERY_PASSWORD = re.compile(r"([?&]password=)[^&]*")
 
 R = TypeVar("R")
 Record = dict[str, Any]
-"""A record of the breakers' primitives: a JSON object."""
+"""A record: one JSON object a pure function changes in one atomic step (the limits' rates,
+slots and partitions, the breakers' state)."""
 
 Change = Callable[[PauseState, float], Outcome[PauseState, R]]
 """Given the current state and store time, the next state (``None``: no change) and a result."""

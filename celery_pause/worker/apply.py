@@ -26,12 +26,12 @@ from celery.worker.consumer.tasks import Tasks
 
 from .. import signals
 from ..errors import ConfigurationError, WorkerRefused
+from ..limits.keeper import LimitKeeper
 from ..model.scope import EVERYTHING, NOTHING, Scope, Target
 from ..routing import QueueResolver
 from ..settings import config_for
 from ..stores import Snapshot, store_for
 from .gate import Gate
-from .keeper import LimitKeeper
 from .pools import (
     PoolSupport,
     SlotCheck,

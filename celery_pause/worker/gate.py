@@ -17,8 +17,8 @@ change under one lock, so a task either starts before a pause closes the gate
 switch only where they block, an open gate's check takes no lock.)
 
 While a ramped resume runs (:mod:`celery_pause.model.ramp`) or a limit is in force
-(:mod:`celery_pause.model.limit`), a request of its scope waits in the gate until the
-worker's share of the ramp, or a permit of the limit, lets it start (:mod:`.pacing`,
+(:mod:`celery_pause.model.limit`), a request of its scope waits in the gate until the worker's
+share of the ramp, or a permit of the limit, lets it start (:mod:`~celery_pause.limits.pacing`,
 :meth:`Gate.pump`); requests no ramp or limit covers pass at once.
 """
 
@@ -37,14 +37,14 @@ from typing import Any
 from celery.worker import state as worker_state
 from celery.worker.request import Request
 
+from ..limits.pacing import Pacing
 from ..model.content import text_of
 from ..model.ramp import Ramp
 from ..model.scope import EVERYTHING, NOTHING, Scope, label_names
 from ..model.state import Hold
 from .broker import follow_master
-from .pacing import Pacing
+from .figures import GateCounters, GateFigures, InFlight
 from .reading import TargetReader
-from .view import GateCounters, GateFigures, InFlight
 
 logger = logging.getLogger(__name__)
 

@@ -8,15 +8,15 @@ thread publishes, :meth:`WorkerSnapshot.view` what the probes and metrics serve.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 from ..model.ramp import Ramp
 from ..model.report import APPLIED, STARTING, WorkerReport
 from ..model.scope import EVERYTHING, NOTHING, Scope, Target
 from ..model.state import Hold
+from .figures import GateFigures, InFlight
 from .pools import PoolSupport
-from .view import GateFigures, InFlight, WorkerView, breakers_in
 
 
 @dataclass(frozen=True)
@@ -149,57 +149,3 @@ class WorkerSnapshot:
         return tuple(
             q for q in self.listening if scope.covers(Target(queue=q, worker=self.hostname))
         )
-
-    def view(
-        self,
-        *,
-        now: float,
-        connected: bool,
-        transitions: dict[str, int],
-        breakers_seen: set[str],
-        paused_at: float | None,
-        loop_idle: float,
-        busy: bool,
-    ) -> WorkerView:
-        """What the probes serve, with what the monitor adds.
-
-        Parameters:
-            now: The store time it is taken at (as the worker estimates it).
-            connected: Whether the consumer is connected to the broker.
-            transitions: Changes applied so far, to ``pause`` and to ``resume``.
-            breakers_seen: Every breaker whose hold this worker applied once.
-            paused_at: When the worker paused, if no live hold says when.
-            loop_idle: Seconds since the consumer loop last ran the monitor's timer.
-            busy: Whether a task runs.
-        """
-        applied = self.applied or NOT_APPLIED
-        holds = tuple(h for h in self.holds if h.live(now))
-        open_breakers = breakers_in(holds)
-        view = WorkerView(
-            hostname=self.hostname,
-            now=now,
-            connected=connected,
-            applied=self.applied is not None,
-            generation=applied.generation,
-            scope=applied.scope,
-            consumed=self.consumed,
-            holds=holds,
-            scheduled=self.scheduled,
-            since=None,
-            held=self.gate.held,
-            counters=self.gate.counters,
-            held_by_task=dict(self.gate.held_by_task),
-            transitions=dict(transitions),
-            breakers={n: n in open_breakers for n in sorted(breakers_seen | open_breakers)},
-            store_ok=self.store_ok,
-            loop_idle=loop_idle,
-            busy=busy,
-            pool=self.pool.name,
-            pool_problem=self.pool.problem,
-            ramps=tuple(r for r in self.ramps if r.live(now)),
-            ramping=self.gate.waiting,
-        )
-        if not view.paused:
-            return view
-        starts = [h.began for h in view.relevant_holds() if h.began]
-        return replace(view, since=min(starts) if starts else paused_at)

@@ -9,10 +9,10 @@ from celery_pause.model.scope import EVERYTHING, Target
 from celery_pause.settings import PauseConfig
 from celery_pause.stores import Snapshot
 from celery_pause.stores.memory import MemoryStore
+from celery_pause.worker.figures import GateCounters, GateFigures, InFlight
 from celery_pause.worker.pools import PoolSupport
 from celery_pause.worker.snapshot import Applied, WorkerSnapshot
 from celery_pause.worker.sync import StoreSync
-from celery_pause.worker.view import GateCounters, GateFigures, InFlight
 from support.polling import wait_for
 
 POLL = 5.0

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 from celery_pause.model.scope import NOTHING, Scope
 from celery_pause.model.state import Hold, PauseState
+from celery_pause.monitor.view import WorkerView
 from celery_pause.worker.gate import Gate
 from celery_pause.worker.pools import PoolSupport
 from celery_pause.worker.snapshot import Applied
@@ -99,7 +100,8 @@ def test_inspect_the_report_and_the_view_derive_from_one_snapshot() -> None:
     snapshot = state.snapshot()
     answer = snapshot.describe()
     report = snapshot.report(seen=NOW)
-    view = snapshot.view(
+    view = WorkerView.of(
+        snapshot,
         now=NOW,
         connected=True,
         transitions={"pause": 1, "resume": 0},

@@ -9,13 +9,13 @@ from typing import cast
 
 from celery.worker.request import Request
 
+from celery_pause.limits.keeper import LimitKeeper
+from celery_pause.limits.permits import Permits
 from celery_pause.model.limit import HORIZON, KEPT_KEY, Limit, kept_since, rate_key
 from celery_pause.model.ramp import Ramp
 from celery_pause.model.scope import EVERYTHING
 from celery_pause.model.state import Hold
 from celery_pause.stores.memory import MemoryStore
-from celery_pause.worker.keeper import LimitKeeper
-from celery_pause.worker.limits import Permits
 
 T = 1_800_000_000.0
 REQUEST = cast(Request, object())

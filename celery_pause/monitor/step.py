@@ -1,12 +1,12 @@
 """What one worker knows about its pause, for probes, metrics, events and warnings.
 
 :class:`MonitorStep` comes along with :class:`~celery_pause.PauseStep`. It
-reads the apply step's :class:`~.state.WorkerState` (``c.pause_state``), listens to
-the :mod:`~celery_pause.signals` the apply step sends, turns each
+reads the apply step's :class:`~celery_pause.worker.state.WorkerState`
+(``c.pause_state``), listens to the :mod:`~celery_pause.signals` the apply step sends, turns each
 change into a Celery event (``worker-paused`` / ``worker-resumed``, and
 ``worker-limited`` when the limits it applies change), counts
 transitions, and warns at a bounded rate while a pause lasts longer than
-``pause_warn_after``. Its :class:`~celery_pause.worker.view.WorkerView` is what the
+``pause_warn_after``. Its :class:`~.view.WorkerView` is what the
 HTTP endpoint serves (``c.pause_monitor``).
 """
 
@@ -28,9 +28,9 @@ from ..model.formatting import format_duration, format_time
 from ..model.scope import Scope
 from ..model.state import Hold
 from ..settings import PauseConfig, config_for
-from .apply import ApplyStep
-from .snapshot import WorkerSnapshot
-from .state import WorkerState
+from ..worker.apply import ApplyStep
+from ..worker.snapshot import WorkerSnapshot
+from ..worker.state import WorkerState
 from .view import WorkerView, breakers_in
 
 logger = logging.getLogger(__name__)
@@ -165,7 +165,8 @@ class Monitor:
             transitions = dict(self.transitions)
             paused_at = self.paused_at
             seen = set(self.breakers_seen)
-        return snapshot.view(
+        return WorkerView.of(
+            snapshot,
             now=self.state.clock.now(),
             connected=self.connected and not self.stopped,
             transitions=transitions,

@@ -37,7 +37,7 @@ from ..model.limit import (
 )
 from ..model.ramp import book, ramp_key
 from ..stores import Store
-from .limits import Permits
+from .permits import Permits
 
 logger = logging.getLogger(__name__)
 

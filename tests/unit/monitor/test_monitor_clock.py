@@ -10,9 +10,9 @@ import pytest
 
 from celery_pause.model.scope import Scope
 from celery_pause.model.state import Hold, PauseState
+from celery_pause.monitor.step import Monitor
 from celery_pause.settings import PauseConfig
 from celery_pause.worker.gate import Gate
-from celery_pause.worker.monitor import Monitor
 from celery_pause.worker.pools import PoolSupport
 from celery_pause.worker.state import StoreClock, WorkerState
 

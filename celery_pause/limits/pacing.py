@@ -1,11 +1,11 @@
 """Requests that start at a pace: those a ramped resume or a limit covers wait here.
 
-The gate (:mod:`.gate`) asks :meth:`Pacing.waits` for every request it lets through while a
-ramp or a limit is in force: both are paced by permits the store thread earns
-(:mod:`.limits`). A request none covers passes at once, whatever waits; one that is covered
-starts at once only if every ramp and limit covering it allows a start now and none of them
-has requests waiting already (so each keeps arrival order), otherwise it waits, in arrival
-order, until :meth:`Pacing.due` lets it start.
+The gate (:mod:`celery_pause.worker.gate`) asks :meth:`Pacing.waits` for every request it lets
+through while a ramp or a limit is in force: both are paced by permits the store thread earns
+(:mod:`.permits`). A request none covers passes at once, whatever waits; one that is covered
+starts at once only if every ramp and limit covering it allows a start now and none of them has
+requests waiting already (so each keeps arrival order), otherwise it waits, in arrival order,
+until :meth:`Pacing.due` lets it start.
 
 A request waiting for a limit widens the channel's prefetch window by one, as a held one
 does, so it never stops the rest of its queue or the worker's other queues; one of a limit per
@@ -29,8 +29,8 @@ from celery.worker.request import Request
 from ..model.ramp import Ramp
 from ..model.scope import Target
 from ..model.state import Hold
-from .limits import Permits
 from .partitions import Partitions
+from .permits import Permits
 
 Waiting = tuple[Request, float]
 """A waiting request and the ``time.monotonic()`` it was first held or waited since."""

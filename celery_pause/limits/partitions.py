@@ -1,6 +1,6 @@
 """A limit per label value (``throttle --per tenant``): one partition of the limit per value.
 
-Each value of the label gets its own :class:`~.limits.Permits` the first time a request of
+Each value of the label gets its own :class:`~.permits.Permits` the first time a request of
 it arrives, with no command: the same rate or concurrency, counted in store records of its
 own (:func:`~celery_pause.model.limit.partition_id`). A request without the label is
 outside the limit, as it is outside every scope of that label. A partition that held
@@ -17,7 +17,7 @@ import time
 from ..model.limit import Limit, partition_id
 from ..model.scope import Target
 from ..model.state import Hold
-from .limits import Permits
+from .permits import Permits
 
 IDLE = 5.0
 """Seconds a partition stays known on a worker after its last request (more than the

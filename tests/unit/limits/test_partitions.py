@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
+from celery_pause.limits.partitions import Partitions
 from celery_pause.model.limit import Limit, partition_id
 from celery_pause.model.scope import Scope, Target
 from celery_pause.model.state import Hold
-from celery_pause.worker.partitions import Partitions
 
 HOLD = Hold(
     id="h1", scope=Scope.of(tasks=["proj.imports.*"]), limit=Limit(concurrency=2, per="tenant")

@@ -1,53 +1,16 @@
-"""What one worker knows about its pause: a picture the probes, metrics and warnings read."""
+"""What one worker knows about its pause: the picture the probes, metrics and warnings read,
+taken from the worker's :class:`~celery_pause.worker.snapshot.WorkerSnapshot`."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
 from ..model.ramp import Ramp
 from ..model.scope import Scope, Target
 from ..model.state import BREAKER_PREFIX, Hold
-
-
-@dataclass
-class GateCounters:
-    """What the gate did, for metrics."""
-
-    held: int = 0
-    released: int = 0
-    returned: int = 0
-
-
-@dataclass(frozen=True)
-class InFlight:
-    """A reserved request the gate does not hold: it may be running."""
-
-    id: str
-    name: str
-    target: Target | None
-    """Where it stands; ``None`` when the reserved requests could not be read (then it
-    stands for every request, in every scope)."""
-
-    def within(self, scope: Scope) -> bool:
-        """Whether it is in ``scope`` (not empty)."""
-        return bool(scope) and (self.target is None or scope.covers(self.target))
-
-
-@dataclass(frozen=True)
-class GateFigures:
-    """What the gate holds and did, at one moment."""
-
-    scope: Scope
-    """What the gate holds to."""
-    held: int
-    waiting: int
-    """Requests waiting for their ramp or limit."""
-    oldest: float | None
-    """``time.monotonic()`` since which the oldest request the gate keeps (held, or waiting
-    for its ramp or limit) is kept: ``pause_max_hold`` returns it to the broker."""
-    held_by_task: dict[str, int]
-    counters: GateCounters
+from ..worker.figures import GateCounters
+from ..worker.snapshot import NOT_APPLIED, WorkerSnapshot
 
 
 @dataclass(frozen=True)
@@ -81,6 +44,62 @@ class WorkerView:
     """The ramped resumes in force on this worker."""
     ramping: int = 0
     """Requests waiting for a ramp's rate."""
+
+    @classmethod
+    def of(
+        cls,
+        snapshot: WorkerSnapshot,
+        *,
+        now: float,
+        connected: bool,
+        transitions: dict[str, int],
+        breakers_seen: set[str],
+        paused_at: float | None,
+        loop_idle: float,
+        busy: bool,
+    ) -> WorkerView:
+        """What the probes serve: ``snapshot``, with what the monitor adds.
+
+        Parameters:
+            now: The store time it is taken at (as the worker estimates it).
+            connected: Whether the consumer is connected to the broker.
+            transitions: Changes applied so far, to ``pause`` and to ``resume``.
+            breakers_seen: Every breaker whose hold this worker applied once.
+            paused_at: When the worker paused, if no live hold says when.
+            loop_idle: Seconds since the consumer loop last ran the monitor's timer.
+            busy: Whether a task runs.
+        """
+        applied = snapshot.applied or NOT_APPLIED
+        holds = tuple(h for h in snapshot.holds if h.live(now))
+        open_breakers = breakers_in(holds)
+        view = cls(
+            hostname=snapshot.hostname,
+            now=now,
+            connected=connected,
+            applied=snapshot.applied is not None,
+            generation=applied.generation,
+            scope=applied.scope,
+            consumed=snapshot.consumed,
+            holds=holds,
+            scheduled=snapshot.scheduled,
+            since=None,
+            held=snapshot.gate.held,
+            counters=snapshot.gate.counters,
+            held_by_task=dict(snapshot.gate.held_by_task),
+            transitions=dict(transitions),
+            breakers={n: n in open_breakers for n in sorted(breakers_seen | open_breakers)},
+            store_ok=snapshot.store_ok,
+            loop_idle=loop_idle,
+            busy=busy,
+            pool=snapshot.pool.name,
+            pool_problem=snapshot.pool.problem,
+            ramps=tuple(r for r in snapshot.ramps if r.live(now)),
+            ramping=snapshot.gate.waiting,
+        )
+        if not view.paused:
+            return view
+        starts = [h.began for h in view.relevant_holds() if h.began]
+        return replace(view, since=min(starts) if starts else paused_at)
 
     @property
     def paused_queues(self) -> tuple[str, ...]:

@@ -1,12 +1,11 @@
 """A worker's permits of the limits and ramps: what the gate spends, and the store thread
 adds (:mod:`.keeper`).
 
-The gate (:mod:`.gate`) lets a request of a limited scope start only with a permit of every
-limit and ramp that covers it (:class:`Permits`): a start time of the limit's rate (or along
-the ramp's curve) that has come, and a free slot of its concurrency. A start time is spent
-within :func:`~celery_pause.model.limit.lateness` of its turn or dropped (a worker that was
-stalled spends none of the times that passed meanwhile: it books new ones).
-"""
+The gate (:mod:`celery_pause.worker.gate`) lets a request of a limited scope start only with a
+permit of every limit and ramp that covers it (:class:`Permits`): a start time of the limit's
+rate (or along the ramp's curve) that has come, and a free slot of its concurrency. A start
+time is spent within :func:`~celery_pause.model.limit.lateness` of its turn or dropped (a
+worker that was stalled spends none of the times that passed meanwhile: it books new ones)."""
 
 from __future__ import annotations
 

@@ -1,0 +1,48 @@
+"""What the gate holds and did: its counters, its figures at one moment, and the requests
+that may be running."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..model.scope import Scope, Target
+
+
+@dataclass
+class GateCounters:
+    """What the gate did, for metrics."""
+
+    held: int = 0
+    released: int = 0
+    returned: int = 0
+
+
+@dataclass(frozen=True)
+class InFlight:
+    """A reserved request the gate does not hold: it may be running."""
+
+    id: str
+    name: str
+    target: Target | None
+    """Where it stands; ``None`` when the reserved requests could not be read (then it
+    stands for every request, in every scope)."""
+
+    def within(self, scope: Scope) -> bool:
+        """Whether it is in ``scope`` (not empty)."""
+        return bool(scope) and (self.target is None or scope.covers(self.target))
+
+
+@dataclass(frozen=True)
+class GateFigures:
+    """What the gate holds and did, at one moment."""
+
+    scope: Scope
+    """What the gate holds to."""
+    held: int
+    waiting: int
+    """Requests waiting for their ramp or limit."""
+    oldest: float | None
+    """``time.monotonic()`` since which the oldest request the gate keeps (held, or waiting
+    for its ramp or limit) is kept: ``pause_max_hold`` returns it to the broker."""
+    held_by_task: dict[str, int]
+    counters: GateCounters
