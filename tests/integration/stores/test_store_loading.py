@@ -8,7 +8,7 @@ import pytest
 from celery_pause.errors import StoreError
 from celery_pause.stores import load_store_class, open_store
 from celery_pause.stores.aliases import BROKER_SCHEMES, SCHEMES, STORE_ALIASES, alias_for
-from tests.unit.stores.test_store_contract import SECRET, config
+from support.settings import SECRET, store_config
 
 
 def test_every_alias_loads_a_whole_store() -> None:
@@ -21,7 +21,7 @@ def test_every_alias_loads_a_whole_store() -> None:
 
 
 def test_an_unreachable_sql_store_is_a_store_error_naming_it_without_the_password() -> None:
-    store = open_store(config(f"db+postgresql+psycopg://u:{SECRET}@127.0.0.1:1/x"))
+    store = open_store(store_config(f"db+postgresql+psycopg://u:{SECRET}@127.0.0.1:1/x"))
     with pytest.raises(StoreError, match=r"^pause store \S+ failed: ") as caught:
         store.read()
     assert SECRET not in str(caught.value)

@@ -10,12 +10,10 @@ import pytest
 from celery_pause.errors import ConfigurationError, StoreError
 from celery_pause.model.report import WorkerReport
 from celery_pause.model.state import PauseState
-from celery_pause.settings import PauseConfig
 from celery_pause.stores import load_store_class, open_store
 from celery_pause.stores.aliases import Alias
 from celery_pause.stores.base import Change, R, Snapshot, Store, Updated
-
-SECRET = "s3cret-pw"
+from support.settings import SECRET, store_config
 
 
 class StateOnly(Store):
@@ -38,18 +36,6 @@ class StateOnly(Store):
 
     def worker_reports(self) -> list[WorkerReport]:
         return []
-
-
-def config(url: str) -> PauseConfig:
-    return PauseConfig(
-        store_url=url,
-        key_prefix="p",
-        poll_interval=1,
-        max_hold=60,
-        worker_ttl=10,
-        store_timeout=0.5,
-        store_options={"master_name": "m", "wait_replicas": 0},
-    )
 
 
 def test_a_store_lacking_a_primitive_fails_at_load() -> None:
@@ -108,7 +94,7 @@ def test_every_primitive_is_abstract_in_the_contract() -> None:
 )
 def test_a_bad_url_is_a_configuration_error_without_the_password(url: str) -> None:
     with pytest.raises(ConfigurationError, match=r"^pause_store_url '") as caught:
-        open_store(config(url))
+        open_store(store_config(url))
     assert SECRET not in str(caught.value)
 
 
@@ -121,7 +107,7 @@ def test_a_bad_url_is_a_configuration_error_without_the_password(url: str) -> No
     ids=["redis", "sentinel"],
 )
 def test_an_unreachable_store_is_a_store_error_naming_it_without_the_password(url: str) -> None:
-    store = open_store(config(url))
+    store = open_store(store_config(url))
     with pytest.raises(StoreError, match=r"^pause store \S+ failed: ") as caught:
         store.read()
     assert SECRET not in str(caught.value)
@@ -131,7 +117,7 @@ def test_an_unreachable_store_is_a_store_error_naming_it_without_the_password(ur
 def test_an_unwritable_file_store_is_a_store_error_naming_it(tmp_path: Path) -> None:
     blocker = tmp_path / "not-a-dir"
     blocker.write_text("")
-    store = open_store(config(f"file://{blocker}"))
+    store = open_store(store_config(f"file://{blocker}"))
     with pytest.raises(StoreError, match=rf"^pause store file://{blocker} failed: "):
         store.read_log("history")
     with pytest.raises(StoreError, match=rf"^pause store file://{blocker} failed: "):
@@ -147,7 +133,7 @@ def test_a_file_store_url_that_is_no_absolute_directory_is_refused(
 
     # When a file store is opened with a URL that names a host or a relative path
     with pytest.raises(ConfigurationError, match="file:///absolute/path") as caught:
-        open_store(config(url))
+        open_store(store_config(url))
 
     # Then the error says why, and nothing was written anywhere
     assert "is not an absolute directory on this host" in str(caught.value)
