@@ -22,8 +22,8 @@ from celery.worker.control import control_command, inspect_command, nok, ok
 
 from .model.placing import Placing
 from .model.scope import Scope, rule_from_json
-from .settings import config_for
-from .stores import store_for
+from .settings import PauseConfig
+from .stores import Store
 
 logger = logging.getLogger(__name__)
 
@@ -74,13 +74,14 @@ def pause_state(state: Any) -> dict[str, Any]:
     return cast(dict[str, Any], pause_state.snapshot().describe())
 
 
-def notify_workers(app: Celery) -> None:
-    """Ask every connected worker to re-read the state now (polling covers a miss): through
-    the store's notifications (:meth:`~celery_pause.stores.Store.notify`, Redis pub/sub) when
-    ``pause_store_notify`` is on, and Celery's broadcast where the broker has one."""
+def notify_workers(app: Celery, config: PauseConfig, store: Store) -> None:
+    """Ask every connected worker of ``app`` to re-read the state now (polling covers a miss):
+    through the store's notifications (:meth:`~celery_pause.stores.Store.notify`, Redis
+    pub/sub) when ``pause_store_notify`` is on, and Celery's broadcast where the broker has
+    one."""
     try:
-        if config_for(app).store_notify:
-            store_for(app).notify()
+        if config.store_notify:
+            store.notify()
         if has_broadcast(app):
             app.control.broadcast(REFRESH, reply=False)
     except Exception as exc:

@@ -25,8 +25,8 @@ from .model.formatting import format_duration, format_time
 from .model.limit import Limit
 from .model.scope import EVERYTHING, Scope, rule_from_json
 from .model.state import Hold, PauseState, Restored
-from .settings import config_for
-from .stores import store_for
+from .settings import PauseConfig
+from .stores import Store, store_for
 
 logger = logging.getLogger(__name__)
 
@@ -220,14 +220,15 @@ def restore_entry(state: PauseState, restored: Restored) -> HistoryEntry:
     )
 
 
-def record(app: Celery, entry: HistoryEntry) -> bool:
-    """Append ``entry`` to the history; log and carry on if that fails.
+def record(store: Store, config: PauseConfig, entry: HistoryEntry) -> bool:
+    """Append ``entry`` to the history in ``store`` (``config.history_size`` entries kept);
+    log and carry on if that fails.
 
     The change it describes has already happened, so a failure here must not
     turn it into an error for the caller.
     """
     try:
-        store_for(app).append_log(HISTORY_LOG, entry.to_json(), keep=config_for(app).history_size)
+        store.append_log(HISTORY_LOG, entry.to_json(), keep=config.history_size)
     except (StoreError, InvalidInput, NotImplementedError) as exc:
         logger.warning("celery-pause: could not record %s in the history: %s", entry.action, exc)
         return False

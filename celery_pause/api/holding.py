@@ -16,10 +16,10 @@ from ..model.placing import Placing, place
 from ..model.report import WorkerReport
 from ..model.scope import Rule, Target
 from ..model.validation import check_timeout
-from ..settings import config_for, setting_name
-from ..stores import store_for
+from ..settings import PauseConfig, setting_name
+from ..stores import Store, store_for
 from .results import PauseResult
-from .waiting import wait_for_start, wait_until_quiet
+from .waiting import quiet_workers, wait_for_start
 
 logger = logging.getLogger(__name__)
 
@@ -29,6 +29,7 @@ Progress = Callable[[PauseResult, Sequence[WorkerReport]], None]
 
 def place_hold(
     app: Celery,
+    config: PauseConfig,
     placing: Placing,
     *,
     notify: bool,
@@ -39,8 +40,9 @@ def place_hold(
     wait_for_lost: bool = False,
 ) -> PauseResult:
     """Write the hold ``placing`` asks for, tell the workers, record it, then wait if asked
-    (the steps :func:`pause` and :func:`~celery_pause.api.throttle.throttle` share); with
-    ``wait_for_lost``, for lost workers too.
+    (the steps :func:`pause` and :func:`~celery_pause.api.throttle.throttle` share, each
+    handing on the app's settings ``config`` it read once); with ``wait_for_lost``, for lost
+    workers too.
 
     A pause that holds at once is announced to the workers first (:func:`announce`): they
     hold its scope while the store is opened and written, and stop when a read shows the
@@ -50,10 +52,10 @@ def place_hold(
         timeout = check_timeout(timeout)
     announced = notify and announce(app, placing)
     try:
-        store = store_for(app)
+        store = store_for(app)  # opened once, after the announcement: its first use may be slow
         if strict:
-            ttl = config_for(app).worker_ttl
-            refused = unmatched(app, placing.scope.rule, store.live_reports(ttl, store.now()))
+            live = store.live_reports(config.worker_ttl, store.now())
+            refused = unmatched(app, config, placing.scope.rule, live)
             if refused:
                 raise InvalidInput("; ".join(refused) + " (--strict: nothing was recorded)")
         done = store.update(lambda state, now: place(state, now, placing))
@@ -62,23 +64,26 @@ def place_hold(
             withdraw(app, placing)
         raise
     if notify:
-        notify_workers(app)
+        notify_workers(app, config, store)
     placed = done.result
-    live = store.live_reports(config_for(app).worker_ttl, done.snapshot.now)
+    live = store.live_reports(config.worker_ttl, done.snapshot.now)
     result = PauseResult(
         placed.hold,
         done.snapshot.state.generation,
         placed.replaced,
-        warnings=unmatched(app, placing.scope.rule, live),
+        warnings=unmatched(app, config, placing.scope.rule, live),
     )
-    record(app, pause_entry(result.hold, result.generation, placed.replaced))
+    record(store, config, pause_entry(result.hold, result.generation, placed.replaced))
     if not wait:
         return result
-    return confirmed(app, result, placing.start_at, timeout, progress, wait_for_lost=wait_for_lost)
+    return confirmed(
+        config, store, result, placing.start_at, timeout, progress, wait_for_lost=wait_for_lost
+    )
 
 
 def confirmed(
-    app: Celery,
+    config: PauseConfig,
+    store: Store,
     result: PauseResult,
     start: float | None,
     timeout: float,
@@ -90,17 +95,25 @@ def confirmed(
     quiet; :class:`PauseTimeout` (carrying ``result``) after ``timeout`` seconds."""
     watch = None if progress is None else lambda workers: progress(result, workers)
     if start is not None:
-        wait_for_start(app, start)
+        wait_for_start(store, start)
     try:
-        workers = wait_until_quiet(
-            app, result.generation, timeout, watch, since=start, wait_for_lost=wait_for_lost
+        workers = quiet_workers(
+            config,
+            store,
+            result.generation,
+            timeout,
+            watch,
+            since=start,
+            wait_for_lost=wait_for_lost,
         )
     except PauseTimeout as exc:
         raise PauseTimeout(exc.timeout, exc.busy, paused=result, silent=exc.silent) from None
     return replace(result, workers=tuple(workers))
 
 
-def unmatched(app: Celery, rule: Rule, live: Sequence[WorkerReport]) -> tuple[str, ...]:
+def unmatched(
+    app: Celery, config: PauseConfig, rule: Rule, live: Sequence[WorkerReport]
+) -> tuple[str, ...]:
     """Warnings for task names, worker names and labels of ``rule`` that match nothing known
     now (a label not in ``pause_labels`` is read from a message header only).
 
@@ -123,7 +136,7 @@ def unmatched(app: Celery, rule: Rule, live: Sequence[WorkerReport]) -> tuple[st
                 f"worker {name!r} matches no live worker; "
                 "the hold is recorded and applies when such a worker starts"
             )
-    configured = config_for(app).labels
+    configured = config.labels
     for label in sorted({name.partition("=")[0] for name in rule.labels or ()}):
         if label not in configured:
             warnings.append(

@@ -107,17 +107,19 @@ def pause(
         InvalidInput: An argument is out of bounds, or a start or resume time is not ahead.
         StoreError: The store cannot be reached.
     """
+    config = config_for(app)
     placing = Placing(
         scope=check_scope({"queues": queues, "tasks": tasks, "workers": workers, "labels": labels}),
         reason=check_reason(reason),
         resume_at=check_resume(resume_after, resume_at),
         start_at=check_start(start_at),
-        beat=check_beat(beat) or config_for(app).beat_default,
+        beat=check_beat(beat) or config.beat_default,
         by=check_operator(paused_by) or default_operator(),
         force=force,
     )
     return place_hold(
         app,
+        config,
         placing,
         notify=notify,
         strict=strict,

@@ -13,8 +13,8 @@ from ..history import CANCEL, RESUME, record, resume_entry
 from ..model.lifting import Lifted, Lifting, lift
 from ..model.scope import Scope
 from ..model.validation import Labels, check_ramp, check_scope
-from ..settings import config_for
-from ..stores import Snapshot, store_for
+from ..settings import PauseConfig, config_for
+from ..stores import Snapshot, Store, store_for
 from .operator import default_operator
 from .results import ResumeResult
 from .status import in_force
@@ -94,15 +94,22 @@ def resume(
     )
     done = store.update(lambda state, now: lift(state, now, lifting))
     if done.changed and notify:
-        notify_workers(app)
+        notify_workers(app, config, store)
     lifted = done.result
     scope = lifting.scope if hold is None else (lifted.removed + lifted.cancelled)[0].scope
-    record_resume(app, done.snapshot, lifted, scope, by=by, force=force)
-    return result_of(app, done.snapshot, lifted, scope)
+    record_resume(store, config, done.snapshot, lifted, scope, by=by, force=force)
+    return result_of(config, done.snapshot, lifted, scope)
 
 
 def record_resume(
-    app: Celery, snapshot: Snapshot, lifted: Lifted, scope: Scope, *, by: str, force: bool
+    store: Store,
+    config: PauseConfig,
+    snapshot: Snapshot,
+    lifted: Lifted,
+    scope: Scope,
+    *,
+    by: str,
+    force: bool,
 ) -> None:
     """Add a history entry for the holds ``lifted`` removed, and one for those it cancelled."""
     for action, holds in ((RESUME, lifted.removed), (CANCEL, lifted.cancelled)):
@@ -118,12 +125,14 @@ def record_resume(
                 action=action,
                 ramp=lifted.ramp.duration if lifted.ramp and action == RESUME else None,
             )
-            record(app, entry)
+            record(store, config, entry)
 
 
-def result_of(app: Celery, snapshot: Snapshot, lifted: Lifted, scope: Scope) -> ResumeResult:
+def result_of(
+    config: PauseConfig, snapshot: Snapshot, lifted: Lifted, scope: Scope
+) -> ResumeResult:
     """What a resume of ``scope`` returns, once it lifted ``lifted`` into ``snapshot``."""
-    current = in_force(app, snapshot)
+    current = in_force(config, snapshot)
     now = snapshot.now
     return ResumeResult(
         lifted.removed,

@@ -8,7 +8,7 @@ from ..model.limit import Record, Usage, rate_key, records_prefix, slots_key
 from ..model.report import known
 from ..model.state import PauseState
 from ..model.windows import with_windows
-from ..settings import config_for
+from ..settings import PauseConfig, config_for
 from ..stores import Snapshot, Store, store_for
 from .results import ClusterStatus
 
@@ -33,7 +33,7 @@ def status(app: Celery) -> ClusterStatus:
     store = store_for(app)
     config = config_for(app)
     snapshot, reports = store.read_with_reports()
-    state = in_force(app, snapshot)
+    state = in_force(config, snapshot)
     return ClusterStatus(
         state=state,
         now=snapshot.now,
@@ -74,6 +74,6 @@ def partition_records(store: Store, hold_id: str) -> dict[str, Record]:
     return {key[len(prefix) :]: record for key, record in store.read_records(prefix).items()}
 
 
-def in_force(app: Celery, snapshot: Snapshot) -> PauseState:
+def in_force(config: PauseConfig, snapshot: Snapshot) -> PauseState:
     """The state read, with the app's maintenance windows' current and next occurrences."""
-    return with_windows(snapshot.state, config_for(app).windows, snapshot.now)
+    return with_windows(snapshot.state, config.windows, snapshot.now)

@@ -101,7 +101,8 @@ def throttle(
         by=check_operator(paused_by) or default_operator(),
         limit=check_limit(rate, concurrency, per),
     )
-    configured = config_for(app).labels
+    config = config_for(app)
+    configured = config.labels
     if per is not None and per not in configured:
         known = ", ".join(sorted(configured)) or "none"
         raise InvalidInput(
@@ -110,6 +111,7 @@ def throttle(
         )
     return place_hold(
         app,
+        config,
         placing,
         notify=notify,
         strict=strict,

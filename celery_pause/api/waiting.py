@@ -11,8 +11,8 @@ from celery import Celery
 
 from ..errors import PauseTimeout
 from ..model.report import WorkerReport, fenced, known
-from ..settings import config_for
-from ..stores import store_for
+from ..settings import PauseConfig, config_for
+from ..stores import Store, store_for
 
 WAIT_POLL = 0.01
 """Seconds between reads of the workers' reports while waiting for quiet."""
@@ -20,9 +20,8 @@ START_POLL = 0.5
 """Most seconds between reads of the store's clock while waiting for a scheduled start."""
 
 
-def wait_for_start(app: Celery, start: float) -> None:
+def wait_for_start(store: Store, start: float) -> None:
     """Sleep until the store's clock reaches ``start``."""
-    store = store_for(app)
     while (left := start - store.now()) > 0:
         time.sleep(min(left, START_POLL))
 
@@ -74,8 +73,28 @@ def wait_until_quiet(
             stopped reporting to how long ago it last did.
         StoreError: The store cannot be reached.
     """
-    store = store_for(app)
-    config = config_for(app)
+    return quiet_workers(
+        config_for(app),
+        store_for(app),
+        generation,
+        timeout,
+        progress,
+        since=since,
+        wait_for_lost=wait_for_lost,
+    )
+
+
+def quiet_workers(
+    config: PauseConfig,
+    store: Store,
+    generation: int,
+    timeout: float,
+    progress: Callable[[Sequence[WorkerReport]], None] | None = None,
+    *,
+    since: float | None = None,
+    wait_for_lost: bool = False,
+) -> list[WorkerReport]:
+    """:func:`wait_until_quiet` for the app whose settings are ``config`` and store ``store``."""
     began = time.monotonic()
     deadline = began + timeout
 

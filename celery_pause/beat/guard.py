@@ -121,7 +121,7 @@ class BeatGuard:
             done = [self._skipped.pop(key) for key in ended]
         for hold, counts in done:
             ends = hold.resume_at if hold.resume_at is not None and hold.resume_at <= now else now
-            record(self.app, skip_entry(hold, ends, counts))
+            record(self.watch.store, self.watch.config, skip_entry(hold, ends, counts))
 
     def flush_all(self) -> None:
         """Record every count not yet recorded (beat is stopping)."""
@@ -130,7 +130,11 @@ class BeatGuard:
             self._skipped.clear()
         now = self.watch.now()
         for hold, counts in done:
-            record(self.app, skip_entry(hold, now if now is not None else hold.began, counts))
+            record(
+                self.watch.store,
+                self.watch.config,
+                skip_entry(hold, now if now is not None else hold.began, counts),
+            )
 
 
 def entry_queue(app: Celery, entry: Any) -> str:

@@ -204,7 +204,7 @@ class CircuitBreaker:
         store.delete_record(self.key)
         store.clear_events(self.key)
         if dropped.changed:
-            notify_workers(app)
+            notify_workers(app, config_for(app), store)
         logger.warning("celery-pause: circuit %s reset", self.name)
 
     def __repr__(self) -> str:
@@ -291,7 +291,7 @@ class CircuitBreaker:
         added = store.update(add)
         self.change(store, lambda rec, now: rec.placed(hold_id))
         if added.changed:
-            notify_workers(app)
+            notify_workers(app, config_for(app), store)
             logger.warning("celery-pause: %s", reason)
 
     def drop_hold(
@@ -315,7 +315,7 @@ class CircuitBreaker:
             )
 
         if store.update(drop).changed:
-            notify_workers(app)
+            notify_workers(app, config_for(app), store)
 
     def after_close(self, app: Celery, store: Store, record: BreakerRecord) -> None:
         """Once the record is closed: remove its hold (starting its ramp, if it closed with

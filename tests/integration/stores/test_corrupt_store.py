@@ -15,6 +15,7 @@ from celery_pause.control import notify_workers
 from celery_pause.errors import PauseTimeout
 from celery_pause.model.scope import EVERYTHING, Scope
 from celery_pause.model.state import UNREADABLE, Hold, PauseState
+from celery_pause.settings import config_for
 from celery_pause.stores import store_for
 from support.harness import REDIS_BROKER, Cluster, Worker, wait_for
 
@@ -119,7 +120,7 @@ def test_a_wait_after_a_repair_is_not_fooled_by_older_generations(
 
         # When the worker is told to re-read; Then the wait succeeds and no task starts
         generation = celery_pause.status(cluster.app).state.generation
-        notify_workers(cluster.app)
+        notify_workers(cluster.app, config_for(cluster.app), store_for(cluster.app))
         api.wait_until_quiet(cluster.app, generation, timeout=30)
         since = time.time()
         cluster.send("paused")
