@@ -20,8 +20,10 @@ from typing import Any, cast
 from celery import Celery
 from celery.worker.control import control_command, inspect_command, nok, ok
 
+from .errors import InvalidInput
+from .model.formatting import printable
 from .model.placing import Placing
-from .model.scope import Scope, rule_from_json
+from .model.validation import check_scope
 from .settings import PauseConfig
 from .stores import Store
 
@@ -53,13 +55,15 @@ def pause_announce(state: Any, hold: Any = "", rule: Any = None, seconds: Any = 
     try:
         if not isinstance(hold, str) or not hold or len(hold) > 64:
             raise ValueError(f"hold is {hold!r:.80}")
-        scope = Scope(frozenset({rule_from_json(rule)}))
+        if not isinstance(rule, dict):
+            raise TypeError(f"rule is {type(rule).__name__}")
+        scope = check_scope(rule)  # the checks of every name an operator gives
         seconds = float(seconds)
         if math.isnan(seconds):
             raise ValueError("seconds is NaN")
         seconds = min(max(seconds, 0.0), ANNOUNCED_FOR)
-    except (KeyError, TypeError, ValueError, AttributeError, OverflowError) as exc:
-        return nok(f"unreadable announcement: {exc!r:.200}")
+    except (InvalidInput, TypeError, ValueError, OverflowError) as exc:
+        return nok(printable(f"unreadable announcement: {exc!r:.200}"))
     announced(hold, scope, seconds)
     return ok("holding" if seconds else "withdrawn")
 
