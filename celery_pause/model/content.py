@@ -57,8 +57,15 @@ def shown(value: Any) -> str:
     """A message's task id or name as a log line shows it: printable ASCII, at most
     :data:`MAX_SHOWN` characters, whatever ``value`` is (never raises)."""
     text = value if type(value) is str else f"<{type(value).__name__}>"
-    cut = text[:MAX_SHOWN]
-    return ascii(cut)[1:-1] + ("…" if len(text) > MAX_SHOWN else "")
+    pieces: list[str] = []
+    size = 0
+    for char in text:
+        piece = ascii(char)[1:-1]  # an escape is up to 10 characters: count what is shown
+        if size + len(piece) > MAX_SHOWN:
+            return "".join(pieces) + "…"
+        pieces.append(piece)
+        size += len(piece)
+    return "".join(pieces)
 
 
 def text_of(value: Any) -> str:
