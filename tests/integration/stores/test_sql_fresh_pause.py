@@ -16,8 +16,9 @@ from celery_pause.control import ANNOUNCED_FOR
 from support.harness import AMQP_BROKER, REDIS_BROKER, ROOT, Cluster, wait_for
 from support.stores import MARIADB_STORE, POSTGRESQL_STORE
 
-ANNOUNCE_DELIVERY = 0.05
-"""Seconds from the announcement sent to every gate closed, at most (loopback broker)."""
+ANNOUNCE_DELIVERY = 0.1
+"""Seconds from the announcement sent to every gate closed, at most (loopback broker, a loaded
+machine)."""
 
 
 def announcements(cluster: Cluster) -> dict[str, object]:
