@@ -13,8 +13,8 @@ from celery import Celery
 
 from celery_pause.api.document import Overview, status_json, status_queues
 from celery_pause.api.results import ClusterStatus, PauseResult, ResumeResult
-from celery_pause.cli.commands import masked
 from celery_pause.cli.live import LiveProgress
+from celery_pause.cli.outcome import masked
 from celery_pause.cli.params import DateTime, Duration, NameList
 from celery_pause.cli.render import progress_lines, resume_lines, status_lines, timeout_lines
 from celery_pause.model.formatting import format_duration
