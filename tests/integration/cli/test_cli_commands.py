@@ -8,6 +8,7 @@ import pty
 import signal
 import subprocess
 import sys
+import time
 from importlib.metadata import entry_points
 
 import pytest
@@ -119,6 +120,39 @@ def test_ctrl_c_while_waiting_keeps_the_pause(redis_cluster: Cluster) -> None:
     assert waiting.returncode == 130, err
     assert "Stopped waiting. The pause stays in effect." in err
     assert celery_pause.status(redis_cluster.app).paused.everything
+
+
+def test_ctrl_c_while_waiting_for_a_throttle_keeps_the_limit(redis_cluster: Cluster) -> None:
+    # Given a worker frozen after it started (it cannot confirm), and an operator waiting for
+    # a limit
+    worker = redis_cluster.worker("w1")
+    worker.wait_applied()
+    assert worker.proc is not None
+    os.kill(worker.proc.pid, signal.SIGSTOP)
+    waiting = subprocess.Popen(
+        command("throttle", "--concurrency", "2", "--wait"), cwd=ROOT, env=redis_cluster.env(),
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    assert waiting.stdout is not None
+    try:
+        wait_for(
+            lambda: "Waiting:" in (waiting.stdout.readline() if waiting.stdout else ""),
+            timeout=60, what="progress",
+        )  # fmt: skip
+
+        # When they press Ctrl-C
+        waiting.send_signal(signal.SIGINT)
+        _, err = waiting.communicate(timeout=30)
+    finally:
+        if waiting.poll() is None:
+            waiting.kill()
+        os.kill(worker.proc.pid, signal.SIGCONT)
+
+    # Then the command stops with 130, saying the limit stays, and it does
+    assert waiting.returncode == 130, err
+    assert "Stopped waiting. The limit stays in effect." in err
+    limits = celery_pause.status(redis_cluster.app).state.limits(time.time())
+    assert [hold.limit.concurrency for hold in limits if hold.limit] == [2]
 
 
 def test_wait_redraws_its_progress_in_place_on_a_terminal(redis_cluster: Cluster) -> None:
