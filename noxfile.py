@@ -33,9 +33,10 @@ TOOLS = (
 """What the checks need besides Celery (the test support imports SQLAlchemy)."""
 CHECKS = (
     "tests/unit/worker/test_pool_support.py",
+    "tests/integration/worker/test_green_internals.py",
     "tests/integration/worker/test_pause_holds.py",
     "-k",
-    "test_pool_support or nothing_starts_while_paused",
+    "test_pool_support or test_green_internals or nothing_starts_while_paused",
 )
 
 VERSIONS = (
