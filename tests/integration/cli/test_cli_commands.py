@@ -92,32 +92,38 @@ def test_unreachable_store_through_celery_masks_the_password(redis_cluster: Clus
     assert "Traceback" not in result.stderr
 
 
+def interrupted(cluster: Cluster, *args: str) -> tuple[int, str]:
+    """Run ``celery <args>`` until it shows its wait's progress, then press Ctrl-C: its exit
+    code and what it wrote to stderr."""
+    waiting = subprocess.Popen(
+        command(*args), cwd=ROOT, env=cluster.env(),
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        wait_for(
+            lambda: "Waiting:" in (waiting.stdout.readline() if waiting.stdout else ""),
+            timeout=60, what="progress",
+        )  # fmt: skip
+        waiting.send_signal(signal.SIGINT)
+        _, err = waiting.communicate(timeout=30)
+    finally:
+        if waiting.poll() is None:
+            waiting.kill()
+    return waiting.returncode, err
+
+
 def test_ctrl_c_while_waiting_keeps_the_pause(redis_cluster: Cluster) -> None:
     # Given a worker busy with a long task, and an operator waiting for the pause
     worker = redis_cluster.worker("w1")
     worker.wait_applied()
     redis_cluster.send("long", 3.0)
     redis_cluster.wait_records(1)
-    waiting = subprocess.Popen(
-        command("pause", "--wait"), cwd=ROOT, env=redis_cluster.env(),
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
-    assert waiting.stdout is not None
-    try:
-        wait_for(
-            lambda: "Waiting:" in (waiting.stdout.readline() if waiting.stdout else ""),
-            timeout=60, what="progress",
-        )  # fmt: skip
 
-        # When they press Ctrl-C
-        waiting.send_signal(signal.SIGINT)
-        _, err = waiting.communicate(timeout=30)
-    finally:
-        if waiting.poll() is None:
-            waiting.kill()
+    # When they press Ctrl-C while it waits
+    code, err = interrupted(redis_cluster, "pause", "--wait")
 
     # Then the command stops with 130, saying the pause stays, and it does
-    assert waiting.returncode == 130, err
+    assert code == 130, err
     assert "Stopped waiting. The pause stays in effect." in err
     assert celery_pause.status(redis_cluster.app).paused.everything
 
@@ -129,27 +135,14 @@ def test_ctrl_c_while_waiting_for_a_throttle_keeps_the_limit(redis_cluster: Clus
     worker.wait_applied()
     assert worker.proc is not None
     os.kill(worker.proc.pid, signal.SIGSTOP)
-    waiting = subprocess.Popen(
-        command("throttle", "--concurrency", "2", "--wait"), cwd=ROOT, env=redis_cluster.env(),
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
-    assert waiting.stdout is not None
     try:
-        wait_for(
-            lambda: "Waiting:" in (waiting.stdout.readline() if waiting.stdout else ""),
-            timeout=60, what="progress",
-        )  # fmt: skip
-
-        # When they press Ctrl-C
-        waiting.send_signal(signal.SIGINT)
-        _, err = waiting.communicate(timeout=30)
+        # When they press Ctrl-C while it waits
+        code, err = interrupted(redis_cluster, "throttle", "--concurrency", "2", "--wait")
     finally:
-        if waiting.poll() is None:
-            waiting.kill()
         os.kill(worker.proc.pid, signal.SIGCONT)
 
     # Then the command stops with 130, saying the limit stays, and it does
-    assert waiting.returncode == 130, err
+    assert code == 130, err
     assert "Stopped waiting. The limit stays in effect." in err
     limits = celery_pause.status(redis_cluster.app).state.limits(time.time())
     assert [hold.limit.concurrency for hold in limits if hold.limit] == [2]
