@@ -86,7 +86,7 @@ def pause(
                 ctx,
             )
         return
-    check_placing(ctx, given, ctx.params)
+    check_placing(ctx, given)
     if wait and start_at is not None:
         ctx.obj.echo(f"Scheduling the pause; waiting for its start at {start_at.isoformat()}…")
     place(

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable, Sequence
-from typing import Any
 
 import click
 from click.core import ParameterSource
@@ -109,9 +108,10 @@ def placing_options(what: str) -> Callable[[Command], Command]:
     return decorate
 
 
-def check_placing(ctx: click.Context, given: Sequence[str], params: dict[str, Any]) -> None:
+def check_placing(ctx: click.Context, given: Sequence[str]) -> None:
     """Refuse what the shared options cannot mean together (``given``: the parameters on the
     command line)."""
+    params = ctx.params
     if params["resume_after"] is not None and params["resume_at"] is not None:
         raise click.UsageError(
             "--resume-after and --resume-at cannot be used together: give one", ctx

@@ -73,7 +73,7 @@ def throttle(
     """
     if rate is None and concurrency is None:
         raise click.UsageError("give --rate (e.g. 10/s), --concurrency (e.g. 3), or both", ctx)
-    check_placing(ctx, given_options(ctx, PLACING_OPTIONS), ctx.params)
+    check_placing(ctx, given_options(ctx, PLACING_OPTIONS))
     place(
         ctx,
         lambda progress: api.throttle(
