@@ -25,8 +25,8 @@ from celery_pause.stores.aliases import alias_for
 from celery_pause.stores.base import Store
 from celery_pause.stores.file import FileStore
 from celery_pause.stores.memory import MemoryStore, forget_all
-from celery_pause.stores.redis import RedisStore
-from celery_pause.stores.redis_cluster import RedisClusterStore, glob_escape
+from celery_pause.stores.redis import RedisStore, glob_escape
+from celery_pause.stores.redis_cluster import RedisClusterStore
 from celery_pause.stores.sql.schema import log, values
 from celery_pause.stores.sql.store import SqlStore
 
@@ -43,7 +43,8 @@ T = TypeVar("T")
 Spec = tuple[str, str, str]
 """``(kind, url, prefix)`` of one store."""
 STATE, RECORD, LOG = "state", "record", "log"
-"""What :meth:`Adapter.raw` and :meth:`Adapter.write_raw` reach: the state, a record, a log."""
+"""What :meth:`Adapter.raw` and :meth:`Adapter.write_raw` reach: the state, a record, or a log
+as the stores of schema 1 kept it (a Redis list, a file of lines, the SQL log table)."""
 
 
 class Adapter(ABC):
@@ -72,12 +73,13 @@ class Adapter(ABC):
 
     @abstractmethod
     def raw(self, store: Store, kind: str, name: str) -> bytes | None:
-        """The stored bytes of the state, a record or a log (its entries joined by newlines,
-        newest first)."""
+        """The stored bytes of the state, a record or a schema 1 log (its entries joined by
+        newlines, newest first)."""
 
     @abstractmethod
     def write_raw(self, store: Store, kind: str, name: str, raw: bytes) -> None:
-        """Store ``raw`` as the state or a record, or add it as the newest log entry."""
+        """Store ``raw`` as the state or a record, or add it as the newest entry of a schema 1
+        log."""
 
     def rows(self, store: Store) -> list[tuple[str, str]]:
         """``(kind, name)`` of every value the store holds under its prefix, sorted (the
@@ -102,7 +104,7 @@ class RedisAdapter(Adapter):
         if kind == LOG:
             return b"\n".join(store.client.lrange(f"{store.prefix}:log:{name}", 0, -1)) or None
         if kind == RECORD:
-            return store.client.hget(store.records_key, name)  # type: ignore[no-any-return]
+            return store.client.get(store.record_key(name))  # type: ignore[no-any-return]
         return store.client.get(store.state_key)  # type: ignore[no-any-return]
 
     def write_raw(self, store: Store, kind: str, name: str, raw: bytes) -> None:
@@ -110,7 +112,8 @@ class RedisAdapter(Adapter):
         if kind == LOG:
             store.client.lpush(f"{store.prefix}:log:{name}", raw)
         elif kind == RECORD:
-            store.client.hset(store.records_key, name, raw)
+            store.client.set(store.record_key(name), raw)
+            store.client.sadd(store.index_key, name)
         else:
             store.client.set(store.state_key, raw)
 
@@ -212,17 +215,12 @@ class MemoryAdapter(Adapter):
         forget_all()
 
     def raw(self, store: Store, kind: str, name: str) -> bytes | None:
-        assert isinstance(store, MemoryStore)
-        space = store.space
-        if kind == LOG:
-            return b"\n".join(space.logs.get(name, [])) or None
-        return space.records.get(name) if kind == RECORD else space.state
+        assert isinstance(store, MemoryStore) and kind != LOG, "no schema 1 in memory"
+        return store.space.records.get(name) if kind == RECORD else store.space.state
 
     def write_raw(self, store: Store, kind: str, name: str, raw: bytes) -> None:
-        assert isinstance(store, MemoryStore)
-        if kind == LOG:
-            store.space.logs[name] = [raw, *store.space.logs.get(name, [])]
-        elif kind == RECORD:
+        assert isinstance(store, MemoryStore) and kind != LOG, "no schema 1 in memory"
+        if kind == RECORD:
             store.space.records[name] = raw
         else:
             store.space.state = raw

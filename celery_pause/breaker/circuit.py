@@ -50,7 +50,8 @@ from ..model.validation import (
 )
 from ..settings import config_for
 from ..stores import Store, store_for
-from ..stores.base import Record, RecordUpdated
+from ..stores.base import RecordUpdated
+from ..stores.primitives import Record
 from .record import CLOSED, BreakerRecord, Policy, R, Rule
 
 logger = logging.getLogger(__name__)

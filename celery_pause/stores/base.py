@@ -9,7 +9,7 @@ import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic
 
 from kombu.utils.url import sanitize_url
 
@@ -17,23 +17,14 @@ from ..errors import ConfigurationError, InvalidInput, StoreError
 from ..model.outcome import Outcome
 from ..model.report import WorkerReport
 from ..model.state import PauseState
+from . import primitives
+from .primitives import Event, R, Record, RecordChange
 
-LOG_NAME = re.compile(r"[a-z][a-z0-9_-]{0,63}\Z")
-KEY = re.compile(r"[A-Za-z0-9_.:@-]{1,200}\Z")
 PASSWORD = re.compile(r"(//[^/@:]*:)[^@]*@")
 QUERY_PASSWORD = re.compile(r"([?&]password=)[^&]*")
 
-R = TypeVar("R")
-Record = dict[str, Any]
-"""A record: one JSON object a pure function changes in one atomic step (the limits' rates,
-slots and partitions, the breakers' state)."""
-
 Change = Callable[[PauseState, float], Outcome[PauseState, R]]
 """Given the current state and store time, the next state (``None``: no change) and a result."""
-
-RecordChange = Callable[[Record | None, float], Outcome[Record, R]]
-"""Given a record (``None`` if there is none) and store time, the next record (``None``: no
-change) and a result."""
 
 
 @dataclass(frozen=True)
@@ -152,18 +143,6 @@ class Store(ABC):
         reports = (r for r in self.worker_reports() if now - r.seen <= ttl)
         return sorted(reports, key=lambda r: r.hostname)
 
-    @abstractmethod
-    def append_log(self, log: str, entry: Mapping[str, Any], *, keep: int) -> None:
-        """Append ``entry`` (a JSON object) to the list ``log``, keeping the newest ``keep``.
-
-        Independent of :meth:`update`: it neither takes part in nor waits for a
-        state change, so it may be called right after one.
-        """
-
-    @abstractmethod
-    def read_log(self, log: str, *, limit: int | None = None) -> list[dict[str, Any]]:
-        """The newest ``limit`` entries of ``log`` (every kept one by default), newest first."""
-
     def warnings(self) -> list[str]:
         """What may make the store lose its state on its own (a Redis eviction policy);
         empty by default. Never raises: a store it cannot ask has nothing to say."""
@@ -189,24 +168,7 @@ class Store(ABC):
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.display_url} prefix={self.prefix!r}>"
 
-    # -- shared counters, records and leases --------------------------------------------
-    # Small primitives for features that coordinate workers (the circuit breaker):
-    # every value is JSON, every key lives under the store's prefix, and each call
-    # is atomic across all processes that share the store.
-
-    @abstractmethod
-    def add_event(self, key: str, *, window: float, detail: str = "", limit: int = 1000) -> int:
-        """Record an event now in the sliding window ``key``; return how many events
-        the window holds (those of the last ``window`` seconds, at most ``limit``)."""
-
-    @abstractmethod
-    def recent_events(self, key: str, *, window: float) -> list[Event]:
-        """The events of the last ``window`` seconds in ``key``, oldest first."""
-
-    @abstractmethod
-    def clear_events(self, key: str) -> None:
-        """Forget every event in ``key``."""
-
+    # -- records, and what is built on them ------------------------------------------------
     @abstractmethod
     def read_record(self, key: str) -> Record | None:
         """The JSON object stored as ``key``, or ``None``; :class:`StoreError` if unreadable."""
@@ -222,10 +184,6 @@ class Store(ABC):
         """
 
     @abstractmethod
-    def delete_record(self, key: str) -> None:
-        """Remove record ``key`` (no error if there is none)."""
-
-    @abstractmethod
     def record_keys(self, prefix: str = "") -> list[str]:
         """The keys of every record whose key starts with ``prefix``, sorted."""
 
@@ -235,26 +193,61 @@ class Store(ABC):
         found = {key: self.read_record(key) for key in self.record_keys(prefix)}
         return {key: record for key, record in found.items() if record is not None}
 
-    @abstractmethod
+    def delete_record(self, key: str) -> None:
+        """Remove record ``key`` (no error if there is none)."""
+        self.update_record(key, primitives.removed)
+
+    def append_log(self, log: str, entry: Mapping[str, Any], *, keep: int) -> None:
+        """Put ``entry`` (a JSON object) first in the log ``log``, keeping the newest ``keep``.
+
+        Independent of :meth:`update`: it neither takes part in nor waits for a
+        state change, so it may be called right after one.
+        """
+        key, data = primitives.log_key(log), primitives.checked_entry(entry)
+        before = self.legacy_log(log) if self.read_record(key) is None else []
+        self.update_record(key, primitives.prepend(data, keep, before))
+
+    def read_log(self, log: str, *, limit: int | None = None) -> list[dict[str, Any]]:
+        """The newest ``limit`` entries of ``log`` (every kept one by default), newest first."""
+        if limit is not None and limit < 1:
+            return []
+        record = self.read_record(primitives.log_key(log))
+        entries = primitives.entries_of(record) if record is not None else self.legacy_log(log)
+        return entries[:limit]
+
+    def legacy_log(self, log: str) -> list[dict[str, Any]]:
+        """The entries of ``log`` as a store of schema 1 kept them, newest first (none by
+        default): read until the log's first append in this layout takes them over."""
+        return []
+
+    def add_event(self, key: str, *, window: float, detail: str = "", limit: int = 1000) -> int:
+        """Record an event now in the sliding window ``key``; return how many events
+        the window holds (those of the last ``window`` seconds, at most ``limit``)."""
+        change = primitives.add_event(window, detail, limit)
+        return self.update_record(primitives.events_key(key), change).result
+
+    def recent_events(self, key: str, *, window: float) -> list[Event]:
+        """The events of the last ``window`` seconds in ``key``, oldest first."""
+        events = primitives.events_of(self.read_record(primitives.events_key(key)))
+        since = self.now() - window
+        return [event for event in events if event.at >= since]
+
+    def clear_events(self, key: str) -> None:
+        """Forget every event in ``key``."""
+        self.delete_record(primitives.events_key(key))
+
     def acquire_lease(self, key: str, owner: str, ttl: float) -> bool:
         """Take lease ``key`` for ``ttl`` seconds if it is free or expired, or extend it
         if ``owner`` holds it already; return whether ``owner`` holds it now."""
+        return self.update_record(primitives.lease_key(key), primitives.acquire(owner, ttl)).result
 
-    @abstractmethod
     def release_lease(self, key: str, owner: str) -> bool:
         """Give up lease ``key`` if ``owner`` holds it; return whether it did."""
+        return self.update_record(primitives.lease_key(key), primitives.release(owner)).result
 
-    @abstractmethod
     def lease_owner(self, key: str) -> str | None:
         """Who holds lease ``key`` now, or ``None`` if it is free or expired."""
-
-
-@dataclass(frozen=True)
-class Event:
-    """One event of a sliding window: when (store time) and a short detail."""
-
-    at: float
-    detail: str = ""
+        return primitives.lease_holder(self.read_record(primitives.lease_key(key)), self.now())
 
 
 def display(url: str) -> str:
@@ -280,13 +273,6 @@ def call_bound(timeout: float) -> float:
     """Seconds one store call may take before it fails with :class:`StoreError`: three
     store timeouts (whole seconds), room for a lock another writer holds for a moment."""
     return 3.0 * max(1, math.ceil(timeout))
-
-
-def check_key(key: str) -> str:
-    """A key for events, records or leases: 1-200 of ``A-Z a-z 0-9 _ . : @ -``."""
-    if not isinstance(key, str) or not KEY.match(key):
-        raise InvalidInput(f"not a store key: {str(key)[:60]!r}")
-    return key
 
 
 def encode_record(record: dict[str, Any]) -> bytes:
@@ -329,29 +315,3 @@ class ClockOffset:
             self._read_at = time.monotonic()
             self._offset = store_now - self._read_at
         return time.monotonic() + self._offset
-
-
-def check_log_name(log: str) -> str:
-    """A log name: lower-case letters, digits, ``-`` and ``_``, used in keys and file names."""
-    if not LOG_NAME.match(log):
-        raise InvalidInput(f"not a log name: {log[:40]!r}")
-    return log
-
-
-def encode_entry(entry: Mapping[str, Any]) -> bytes:
-    """One log entry as compact single-line JSON."""
-    try:
-        return json.dumps(dict(entry), separators=(",", ":"), allow_nan=False).encode()
-    except (TypeError, ValueError) as exc:
-        raise InvalidInput(f"log entries must be JSON objects: {exc}") from None
-
-
-def decode_entry(raw: bytes | str) -> dict[str, Any]:
-    """A stored log entry; something that is not one is reported, not dropped."""
-    try:
-        entry = json.loads(raw)
-    except (ValueError, RecursionError) as exc:
-        return {"unreadable": f"{exc}"[:200]}
-    if not isinstance(entry, dict):
-        return {"unreadable": f"expected an object, got {type(entry).__name__}"}
-    return entry

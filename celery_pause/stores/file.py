@@ -6,7 +6,6 @@ Single-host only: ``fcntl`` locks are not reliable across network file systems.
 from __future__ import annotations
 
 import fcntl
-import json
 import os
 import tempfile
 import time
@@ -16,40 +15,29 @@ from pathlib import Path
 from typing import IO, Any
 from urllib.parse import quote, unquote, urlsplit
 
-from ..errors import StoreError
 from ..model.report import WorkerReport
 from ..model.state import PauseState
 from .base import (
     Change,
-    Event,
-    R,
-    Record,
-    RecordChange,
     RecordUpdated,
     Snapshot,
     Store,
     Updated,
     bad_url,
     call_bound,
-    check_key,
-    check_log_name,
-    decode_entry,
     decode_record,
-    encode_entry,
     encode_record,
 )
+from .primitives import R, Record, RecordChange, check_key, check_log_name, decode_entry
 
 LOCK_POLL, LOCK_POLL_MAX = 0.001, 0.05
 """Seconds between two tries at a lock another process holds: first, and at most."""
 
 
 class FileStore(Store):
-    """Keeps ``<dir>/<prefix>/state.json``, one report file per worker and
-    ``log-<name>.jsonl`` files (one JSON entry a line, oldest first).
-
-    Events, records and leases are JSON files in ``events/``, ``records/`` and
-    ``leases/``, each kind changed under its own ``fcntl`` lock file.
-    """
+    """Keeps ``<dir>/<prefix>/state.json``, one report file per worker in ``workers/`` and
+    one JSON file per record in ``records/`` (logs, event windows and leases among them),
+    the state and the records each changed under an ``fcntl`` lock file of its own."""
 
     def __init__(self, url: str, prefix: str, *, timeout: float = 2.0) -> None:
         """``timeout``: the store timeout; a lock is waited for at most :func:`.call_bound`
@@ -73,10 +61,7 @@ class FileStore(Store):
         self.state_path = self.root / "state.json"
         self.workers_dir = self.root / "workers"
         self._lock_path = self.root / "state.lock"
-        self._log_lock_path = self.root / "log.lock"
-        self.events_dir = self.root / "events"
         self.records_dir = self.root / "records"
-        self.leases_dir = self.root / "leases"
 
     @classmethod
     def open(
@@ -121,41 +106,11 @@ class FileStore(Store):
                 reports.append(report)
         return reports
 
-    def append_log(self, log: str, entry: Mapping[str, Any], *, keep: int) -> None:
+    def legacy_log(self, log: str) -> list[dict[str, Any]]:
+        """``log-<name>.jsonl``: one JSON entry a line, oldest first (schema 1)."""
         path = self.root / f"log-{check_log_name(log)}.jsonl"
-        data = encode_entry(entry)
-        # A lock of its own: appending never waits for, or blocks, a state update.
-        with self._locked(self._log_lock_path):
-            lines = (self._read(path) or b"").splitlines()
-            lines = [line for line in lines if line.strip()] + [data]
-            self._write(path, b"\n".join(lines[-max(keep, 1) :]) + b"\n")
-
-    def read_log(self, log: str, *, limit: int | None = None) -> list[dict[str, Any]]:
-        path = self.root / f"log-{check_log_name(log)}.jsonl"
-        if limit is not None and limit < 1:
-            return []
         lines = [line for line in (self._read(path) or b"").splitlines() if line.strip()]
-        return [decode_entry(line) for line in lines[::-1][:limit]]
-
-    # -- shared counters, records and leases --------------------------------------------
-    def add_event(self, key: str, *, window: float, detail: str = "", limit: int = 1000) -> int:
-        path = self._path(self.events_dir, key)
-        with self._locked(self.root / "events.lock"):
-            now = self.now()
-            events = [e for e in self._events(key, path) if e[0] >= now - window]
-            events = [*events, [now, detail]][-limit:]
-            self._write(path, json.dumps(events, separators=(",", ":")).encode())
-        return len(events)
-
-    def recent_events(self, key: str, *, window: float) -> list[Event]:
-        path = self._path(self.events_dir, key)
-        since = self.now() - window
-        return [Event(at, detail) for at, detail in self._events(key, path) if at >= since]
-
-    def clear_events(self, key: str) -> None:
-        path = self._path(self.events_dir, key)
-        with self._locked(self.root / "events.lock"):
-            self._unlink(path)
+        return [decode_entry(line) for line in lines[::-1]]
 
     def read_record(self, key: str) -> Record | None:
         return decode_record(key, self._read(self._path(self.records_dir, key)))
@@ -171,60 +126,12 @@ class FileStore(Store):
                 self._unlink(path)
             return RecordUpdated.of(current, outcome)
 
-    def delete_record(self, key: str) -> None:
-        path = self._path(self.records_dir, key)
-        with self._locked(self.root / "records.lock"):
-            self._unlink(path)
-
     def record_keys(self, prefix: str = "") -> list[str]:
         try:
             names = [unquote(p.name[: -len(".json")]) for p in self.records_dir.glob("*.json")]
         except OSError as exc:
             raise self.failed(exc) from None
         return sorted(name for name in names if name.startswith(prefix))
-
-    def acquire_lease(self, key: str, owner: str, ttl: float) -> bool:
-        path = self._path(self.leases_dir, key)
-        with self._locked(self.root / "leases.lock"):
-            holder = self._lease(path)
-            if holder is not None and holder != owner:
-                return False
-            lease = {"owner": owner, "expires": self.now() + ttl}
-            self._write(path, json.dumps(lease).encode())
-            return True
-
-    def release_lease(self, key: str, owner: str) -> bool:
-        path = self._path(self.leases_dir, key)
-        with self._locked(self.root / "leases.lock"):
-            if self._lease(path) != owner:
-                return False
-            self._unlink(path)
-            return True
-
-    def lease_owner(self, key: str) -> str | None:
-        return self._lease(self._path(self.leases_dir, key))
-
-    def _lease(self, path: Path) -> str | None:
-        """The live owner; an expired or unreadable lease counts as free."""
-        raw = self._read(path)
-        if raw is None:
-            return None
-        try:
-            lease = json.loads(raw)
-            owner, expires = lease["owner"], float(lease["expires"])
-        except (ValueError, KeyError, TypeError):
-            return None
-        return owner if isinstance(owner, str) and self.now() < expires else None
-
-    def _events(self, key: str, path: Path) -> list[list[Any]]:
-        raw = self._read(path)
-        if raw is None:
-            return []
-        try:
-            events = json.loads(raw)
-            return [[float(at), str(detail)] for at, detail in events]
-        except (ValueError, TypeError) as exc:
-            raise StoreError(f"events {key!r} are unreadable: {exc}"[:300]) from None
 
     def _path(self, directory: Path, key: str) -> Path:
         return directory / (quote(check_key(key), safe="") + ".json")

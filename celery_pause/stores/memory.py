@@ -11,29 +11,12 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
 
 from ..model.report import WorkerReport
 from ..model.state import PauseState
-from .base import (
-    Change,
-    Event,
-    R,
-    Record,
-    RecordChange,
-    RecordUpdated,
-    Snapshot,
-    Store,
-    Updated,
-    check_key,
-    check_log_name,
-    decode_entry,
-    decode_record,
-    encode_entry,
-    encode_record,
-)
+from .base import Change, RecordUpdated, Snapshot, Store, Updated, decode_record, encode_record
+from .primitives import R, Record, RecordChange, check_key
 
 
 @dataclass
@@ -43,15 +26,12 @@ class Space:
     lock: threading.RLock = field(default_factory=threading.RLock)
     state: bytes | None = None
     workers: dict[str, bytes] = field(default_factory=dict)
-    logs: dict[str, list[bytes]] = field(default_factory=dict)
-    events: dict[str, list[tuple[float, str]]] = field(default_factory=dict)
     records: dict[str, bytes] = field(default_factory=dict)
-    leases: dict[str, tuple[str, float]] = field(default_factory=dict)
 
     def clear(self) -> None:
         with self.lock:
             self.state = None
-            for kept in (self.workers, self.logs, self.events, self.records, self.leases):
+            for kept in (self.workers, self.records):
                 kept.clear()
 
 
@@ -111,40 +91,6 @@ class MemoryStore(Store):
         reports = (WorkerReport.decode(value) for value in raw)
         return [report for report in reports if report is not None]
 
-    def append_log(self, log: str, entry: Mapping[str, Any], *, keep: int) -> None:
-        name, data = check_log_name(log), encode_entry(entry)
-        with self.space.lock:
-            entries = [data, *self.space.logs.get(name, [])]
-            self.space.logs[name] = entries[: max(keep, 1)]
-
-    def read_log(self, log: str, *, limit: int | None = None) -> list[dict[str, Any]]:
-        name = check_log_name(log)
-        if limit is not None and limit < 1:
-            return []
-        with self.space.lock:
-            entries = list(self.space.logs.get(name, []))
-        return [decode_entry(raw) for raw in entries[:limit]]
-
-    # -- shared counters, records and leases --------------------------------------------
-    def add_event(self, key: str, *, window: float, detail: str = "", limit: int = 1000) -> int:
-        check_key(key)
-        with self.space.lock:
-            now = self.now()
-            events = [e for e in self.space.events.get(key, []) if e[0] >= now - window]
-            self.space.events[key] = [*events, (now, detail)][-limit:]
-            return len(self.space.events[key])
-
-    def recent_events(self, key: str, *, window: float) -> list[Event]:
-        check_key(key)
-        since = self.now() - window
-        with self.space.lock:
-            events = list(self.space.events.get(key, []))
-        return [Event(at, detail) for at, detail in events if at >= since]
-
-    def clear_events(self, key: str) -> None:
-        with self.space.lock:
-            self.space.events.pop(check_key(key), None)
-
     def read_record(self, key: str) -> Record | None:
         with self.space.lock:
             return decode_record(key, self.space.records.get(check_key(key)))
@@ -160,34 +106,6 @@ class MemoryStore(Store):
                 self.space.records.pop(key, None)
             return RecordUpdated.of(current, outcome)
 
-    def delete_record(self, key: str) -> None:
-        with self.space.lock:
-            self.space.records.pop(check_key(key), None)
-
     def record_keys(self, prefix: str = "") -> list[str]:
         with self.space.lock:
             return sorted(key for key in self.space.records if key.startswith(prefix))
-
-    def acquire_lease(self, key: str, owner: str, ttl: float) -> bool:
-        check_key(key)
-        with self.space.lock:
-            holder = self.lease_owner(key)
-            if holder is not None and holder != owner:
-                return False
-            self.space.leases[key] = (owner, self.now() + ttl)
-            return True
-
-    def release_lease(self, key: str, owner: str) -> bool:
-        check_key(key)
-        with self.space.lock:
-            if self.lease_owner(key) != owner:
-                return False
-            del self.space.leases[key]
-            return True
-
-    def lease_owner(self, key: str) -> str | None:
-        with self.space.lock:
-            lease = self.space.leases.get(check_key(key))
-        if lease is None or lease[1] <= self.now():
-            return None
-        return lease[0]

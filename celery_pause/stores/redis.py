@@ -2,12 +2,9 @@
 
 from __future__ import annotations
 
-import json
 import logging
-import math
 import time
-import uuid
-from collections.abc import Callable, Collection, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any, TypeVar, cast
 
@@ -19,22 +16,15 @@ from ..model.state import PauseState, unreadable_hold
 from .base import (
     Change,
     ClockOffset,
-    Event,
-    R,
-    Record,
-    RecordChange,
     RecordUpdated,
     Snapshot,
     Store,
     Updated,
     bad_url,
-    check_key,
-    check_log_name,
-    decode_entry,
     decode_record,
-    encode_entry,
     encode_record,
 )
+from .primitives import R, Record, RecordChange, check_key, check_log_name, decode_entry
 from .redis_notify import RedisNotifications
 
 logger = logging.getLogger(__name__)
@@ -47,23 +37,7 @@ speaks only RESP2 and takes no ``protocol``."""
 POLICY_CHECK = 60.0
 """Seconds between two looks at the server's ``maxmemory-policy``."""
 
-# Extend the lease if ``owner`` holds it, else take it only if it is free.
-ACQUIRE_LEASE = """
-if redis.call('GET', KEYS[1]) == ARGV[1] then
-  redis.call('PEXPIRE', KEYS[1], ARGV[2])
-  return 1
-end
-if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
-  return 1
-end
-return 0
-"""
-RELEASE_LEASE = """
-if redis.call('GET', KEYS[1]) == ARGV[1] then
-  return redis.call('DEL', KEYS[1])
-end
-return 0
-"""
+SCAN_COUNT = 1000
 
 
 class BaseRedisStore(Store):
@@ -91,9 +65,8 @@ class BaseRedisStore(Store):
         self._clock = ClockOffset(lambda: self._time(self._server(), self.state_key))
         self._policy: str | None = None
         self._policy_at = float("-inf")
-        self.records_key = f"{prefix}:records"
-        self._acquire_lease = self.client.register_script(ACQUIRE_LEASE)
-        self._release_lease = self.client.register_script(RELEASE_LEASE)
+        self.record_prefix = f"{prefix}:record:"
+        """What each record's key begins with (``<prefix>:record:<key>``)."""
 
     @classmethod
     def open(
@@ -242,113 +215,85 @@ class BaseRedisStore(Store):
             raw = self.client.hmget(self.workers_key, list(hostnames))
         return WorkerReport.decode_all(value for value in raw if value is not None)
 
-    def append_log(self, log: str, entry: Mapping[str, Any], *, keep: int) -> None:
-        key = f"{self.prefix}:log:{check_log_name(log)}"
-        data = encode_entry(entry)
+    def legacy_log(self, log: str) -> list[dict[str, Any]]:
+        """The list ``<prefix>:log:<name>``, newest first (schema 1)."""
         with self._failing():
-            pipe = self.client.pipeline(transaction=True)
-            pipe.lpush(key, data)
-            pipe.ltrim(key, 0, max(keep, 1) - 1)
-            pipe.execute()
-
-    def read_log(self, log: str, *, limit: int | None = None) -> list[dict[str, Any]]:
-        key = f"{self.prefix}:log:{check_log_name(log)}"
-        if limit is not None and limit < 1:
-            return []
-        with self._failing():
-            raw = self.client.lrange(key, 0, -1 if limit is None else limit - 1)
+            raw = self.client.lrange(f"{self.prefix}:log:{check_log_name(log)}", 0, -1)
         return [decode_entry(item) for item in raw]
 
-    # -- shared counters, records and leases --------------------------------------------
-    def add_event(self, key: str, *, window: float, detail: str = "", limit: int = 1000) -> int:
-        events_key = f"{self.prefix}:events:{check_key(key)}"
-        now = self.now()
-        member = json.dumps({"at": now, "id": uuid.uuid4().hex[:12], "detail": detail})
-        with self._failing(), self.client.pipeline(transaction=True) as pipe:
-            pipe.zadd(events_key, {member: now})
-            pipe.zremrangebyscore(events_key, "-inf", f"({now - window}")
-            pipe.zremrangebyrank(events_key, 0, -limit - 1)
-            pipe.zcard(events_key)
-            pipe.expire(events_key, math.ceil(window) + 60)
-            results = pipe.execute()
-        return int(results[3])
-
-    def recent_events(self, key: str, *, window: float) -> list[Event]:
-        events_key = f"{self.prefix}:events:{check_key(key)}"
-        now = self.now()
-        with self._failing():
-            raw = self.client.zrangebyscore(events_key, now - window, "+inf", withscores=True)
-        pairs = cast(list[tuple[bytes, float]], raw)
-        return [_event(member, score) for member, score in pairs]
-
-    def clear_events(self, key: str) -> None:
-        with self._failing():
-            self.client.delete(f"{self.prefix}:events:{check_key(key)}")
+    # -- records: one key each -----------------------------------------------------------------
+    def record_key(self, key: str) -> str:
+        """The Redis key of record ``key``."""
+        return self.record_prefix + check_key(key)
 
     def read_record(self, key: str) -> Record | None:
         with self._failing():
-            raw = self.client.hget(self.records_key, check_key(key))
+            raw = self.client.get(self.record_key(key))
+            if raw is None:
+                (raw,) = self._legacy(self.client, [key])
         return decode_record(key, raw)
 
     def update_record(self, key: str, change: RecordChange[R]) -> RecordUpdated[R]:
-        check_key(key)
+        name = self.record_key(key)
 
         def transaction(pipe: redis.client.Pipeline) -> RecordUpdated[R]:
-            current = decode_record(key, pipe.hget(self.records_key, key))
-            outcome = change(current, self._time(pipe, self.records_key))
+            raw = pipe.get(name)
+            moved = raw is None and (raw := self._legacy(pipe, [key])[0]) is not None
+            current = decode_record(key, raw)
+            outcome = change(current, self._time(pipe, name))
             if outcome.value is not None:
                 data = encode_record(outcome.value)
                 pipe.multi()
                 if outcome.value:
-                    pipe.hset(self.records_key, key, data)
+                    pipe.set(name, data)
                 else:
-                    pipe.hdel(self.records_key, key)
+                    pipe.delete(name)
+                if moved or (current is None) == bool(outcome.value):  # made, deleted, moved
+                    self._indexed(pipe, key, present=bool(outcome.value), moved=moved)
             return RecordUpdated.of(current, outcome)
 
         with self._failing():
-            return self._transaction(transaction, self.records_key)
-
-    def delete_record(self, key: str) -> None:
-        with self._failing():
-            self.client.hdel(self.records_key, check_key(key))
-
-    def read_records(self, prefix: str) -> dict[str, Record]:
-        with self._failing():
-            raw = self.client.hgetall(self.records_key)
-        found = ((k.decode() if isinstance(k, bytes) else str(k), v) for k, v in raw.items())
-        return {
-            key: record
-            for key, value in found
-            if key.startswith(prefix) and (record := decode_record(key, value)) is not None
-        }
+            return self._transaction(transaction, name)
 
     def record_keys(self, prefix: str = "") -> list[str]:
         with self._failing():
-            keys = self.client.hkeys(self.records_key)
-        names = (k.decode() if isinstance(k, bytes) else str(k) for k in keys)
-        return sorted(name for name in names if name.startswith(prefix))
+            return sorted(key for key in self._listed(prefix) if key.startswith(prefix))
 
-    def acquire_lease(self, key: str, owner: str, ttl: float) -> bool:
-        lease_key = f"{self.prefix}:lease:{check_key(key)}"
-        millis = max(1, int(ttl * 1000))
+    def read_records(self, prefix: str) -> dict[str, Record]:
+        """Every record of the keys that start with ``prefix``: the keys, then their values
+        in one read (and those still in the older layout in another)."""
         with self._failing():
-            return bool(self._acquire_lease(keys=[lease_key], args=[json.dumps(owner), millis]))
+            keys = self.record_keys(prefix)
+            raw = self._read_many([self.record_key(key) for key in keys]) if keys else []
+            values = dict(zip(keys, raw, strict=True))
+            missing = [key for key, value in values.items() if value is None]
+            values.update(zip(missing, self._legacy(self.client, missing), strict=True))
+        found = {key: decode_record(key, value) for key, value in values.items()}
+        return {key: record for key, record in found.items() if record is not None}
 
-    def release_lease(self, key: str, owner: str) -> bool:
-        lease_key = f"{self.prefix}:lease:{check_key(key)}"
-        with self._failing():
-            return bool(self._release_lease(keys=[lease_key], args=[json.dumps(owner)]))
+    def _listed(self, prefix: str) -> Iterable[str]:
+        """The record keys that start with ``prefix`` (and maybe others): a ``SCAN``."""
+        start = len(self.record_prefix)
+        pattern = glob_escape(self.record_prefix + prefix) + "*"
+        for name in self.client.scan_iter(match=pattern, count=SCAN_COUNT):
+            yield (name.decode() if isinstance(name, bytes) else str(name))[start:]
 
-    def lease_owner(self, key: str) -> str | None:
-        with self._failing():
-            raw = self.client.get(f"{self.prefix}:lease:{check_key(key)}")
-        if raw is None:
-            return None
-        try:
-            owner = json.loads(raw)
-        except ValueError:
-            return "<unreadable>"
-        return owner if isinstance(owner, str) else "<unreadable>"
+    def _read_many(self, names: list[str]) -> list[bytes | str | None]:
+        """The values of the Redis keys ``names``, ``None`` where there is none."""
+        return list(self.client.mget(names))
+
+    def _legacy(
+        self, client: redis.Redis | redis.client.Pipeline, keys: list[str]
+    ) -> list[bytes | str | None]:
+        """The values of record ``keys`` in the layout of schema 1 (none by default)."""
+        return [None] * len(keys)
+
+    def _indexed(
+        self, pipe: redis.client.Pipeline, key: str, *, present: bool, moved: bool
+    ) -> None:
+        """Keep what lists the records in step when record ``key`` is made, deleted or
+        ``moved`` from the layout of schema 1 (in its transaction); nothing to do where a
+        ``SCAN`` lists them."""
 
     def close(self) -> None:
         self.client.close()
@@ -363,14 +308,34 @@ class BaseRedisStore(Store):
 
 
 class RedisStore(RedisNotifications, BaseRedisStore):
-    """Keeps ``<prefix>:state`` (JSON), ``<prefix>:workers`` (hash of JSON reports)
-    and ``<prefix>:log:<name>`` (lists of JSON entries, newest first) in one keyspace.
+    """Keeps ``<prefix>:state`` (JSON), ``<prefix>:workers`` (hash of JSON reports) and each
+    record as ``<prefix>:record:<key>`` (JSON, updated with WATCH/MULTI), listed in the set
+    ``<prefix>:record-keys``; the records of schema 1, in the hash ``<prefix>:records``, are
+    read until their first write moves them."""
 
-    Events live in sorted sets ``<prefix>:events:<key>`` (JSON members scored by
-    time), records in the hash ``<prefix>:records`` (JSON objects, updated with
-    WATCH/MULTI) and leases in ``<prefix>:lease:<key>`` (a JSON string with a
-    Redis expiry, taken and released by Lua scripts).
-    """
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.index_key = f"{self.prefix}:record-keys"
+        self.legacy_key = f"{self.prefix}:records"
+
+    def _listed(self, prefix: str) -> Iterable[str]:
+        names = set(self.client.smembers(self.index_key)) | set(self.client.hkeys(self.legacy_key))
+        return (n.decode() if isinstance(n, bytes) else str(n) for n in names)
+
+    def _legacy(
+        self, client: redis.Redis | redis.client.Pipeline, keys: list[str]
+    ) -> list[bytes | str | None]:
+        return list(client.hmget(self.legacy_key, keys)) if keys else []
+
+    def _indexed(
+        self, pipe: redis.client.Pipeline, key: str, *, present: bool, moved: bool
+    ) -> None:
+        if present:
+            pipe.sadd(self.index_key, key)
+        else:
+            pipe.srem(self.index_key, key)
+        if moved:
+            pipe.hdel(self.legacy_key, key)
 
 
 def _lifts_only(before: PauseState, after: PauseState | None) -> bool:
@@ -392,9 +357,6 @@ def _client(url: str, timeout: float) -> redis.Redis:
         raise bad_url(url, f"is not a Redis URL: {exc}") from None
 
 
-def _event(member: bytes | str, score: float) -> Event:
-    try:
-        data = json.loads(member)
-        return Event(at=float(data["at"]), detail=str(data.get("detail", "")))
-    except (ValueError, KeyError, TypeError):
-        return Event(at=float(score), detail="<unreadable event>")
+def glob_escape(text: str) -> str:
+    """``text`` as a Redis ``MATCH`` pattern that matches only itself."""
+    return "".join(f"\\{c}" if c in "*?[]\\" else c for c in text)

@@ -8,8 +8,8 @@ nodes (any: the client asks them for the others and for who holds which slot);
 Where the keys go: ``{<prefix>}:state`` and ``{<prefix>}:workers`` share one hash tag, so one
 primary holds what a status reads (one round trip) and a state change is a ``WATCH``/``MULTI``
 transaction there. Every record is a key of its own, ``<prefix>:record:<key>``, hashed on its
-whole name (no tag), as the Redis store's logs, event windows and leases are, so the records of
-the limits, and of every label's partitions, spread over the primaries. Every operation changes
+whole name (no tag), so the records of the limits, of every label's partitions, and the logs,
+event windows and leases built on records, spread over the primaries. Every operation changes
 one key: none spans slots. A change of the state waits for a replica (``WAIT``,
 ``wait_replicas`` in the transport options, default 1) as the Sentinel store does. Needs
 redis-py 6.1 or later (transactions in cluster mode).
@@ -33,28 +33,19 @@ from redis.exceptions import RedisClusterException
 from redis.retry import Retry
 
 from ..errors import ConfigurationError
-from .base import (
-    R,
-    Record,
-    RecordChange,
-    RecordUpdated,
-    bad_url,
-    check_key,
-    decode_record,
-    encode_record,
-)
+from .base import bad_url
 from .redis import RESP2, BaseRedisStore
 
 SCHEMES = {"redis+cluster": "redis", "rediss+cluster": "rediss"}
 """The store's schemes, and the Redis URL scheme whose options each takes."""
 CLOCK = "return redis.call('TIME')"
 """``TIME`` as a script of one key: a cluster's transaction sends only commands with keys."""
-SCAN_COUNT = 1000
 
 
 class RedisClusterStore(BaseRedisStore):
-    """The state, reports, logs, events and leases as :class:`~.redis.RedisStore` keeps them
-    (its state and reports under the hash tag ``{<prefix>}``), each record a key of its own."""
+    """The state, reports and records as :class:`~.redis.RedisStore` keeps them (its state
+    and reports under the hash tag ``{<prefix>}``), the records listed by a ``SCAN`` of every
+    primary."""
 
     def __init__(
         self, url: str, prefix: str, *, options: Mapping[str, Any], timeout: float = 2.0
@@ -89,8 +80,6 @@ class RedisClusterStore(BaseRedisStore):
         )
         self.state_key = f"{{{prefix}}}:state"
         self.workers_key = f"{{{prefix}}}:workers"
-        self.record_prefix = f"{prefix}:record:"
-        """What each record's key begins with (``<prefix>:record:<key>``)."""
 
     @classmethod
     def open(
@@ -116,58 +105,9 @@ class RedisClusterStore(BaseRedisStore):
         seconds, micros = client.execute_command("EVAL", CLOCK, 1, key)  # type: ignore[no-untyped-call]
         return float(seconds) + int(micros) / 1e6
 
-    # -- records: one key each, spread over the slots -------------------------------------
-    def record_key(self, key: str) -> str:
-        """The Redis key of record ``key``."""
-        return self.record_prefix + check_key(key)
-
-    def read_record(self, key: str) -> Record | None:
-        with self._failing():
-            raw = self.client.get(self.record_key(key))
-        return decode_record(key, raw)
-
-    def update_record(self, key: str, change: RecordChange[R]) -> RecordUpdated[R]:
-        name = self.record_key(key)
-
-        def transaction(pipe: redis.client.Pipeline) -> RecordUpdated[R]:
-            current = decode_record(key, pipe.get(name))
-            outcome = change(current, self._time(pipe, name))
-            if outcome.value is not None:
-                data = encode_record(outcome.value)
-                pipe.multi()
-                if outcome.value:
-                    pipe.set(name, data)
-                else:
-                    pipe.delete(name)
-            return RecordUpdated.of(current, outcome)
-
-        with self._failing():
-            return self._transaction(transaction, name)
-
-    def delete_record(self, key: str) -> None:
-        with self._failing():
-            self.client.delete(self.record_key(key))
-
-    def record_keys(self, prefix: str = "") -> list[str]:
-        with self._failing():
-            return sorted(self._scan(prefix))
-
-    def read_records(self, prefix: str) -> dict[str, Record]:
-        """Every record of the keys that start with ``prefix``: a ``SCAN`` of every primary,
-        then ``MGET`` per slot (redis-py's ``mget_nonatomic``, one round trip per primary)."""
-        with self._failing():
-            keys = sorted(self._scan(prefix))
-            names = [self.record_prefix + key for key in keys]
-            raw = self.cluster.mget_nonatomic(names) if names else []
-        found = {key: decode_record(key, value) for key, value in zip(keys, raw, strict=True)}
-        return {key: record for key, record in found.items() if record is not None}
-
-    def _scan(self, prefix: str) -> Iterator[str]:
-        """The record keys that start with ``prefix``, from a ``SCAN`` of every primary."""
-        start = len(self.record_prefix)
-        pattern = glob_escape(self.record_prefix + prefix) + "*"
-        for name in self.cluster.scan_iter(match=pattern, count=SCAN_COUNT):
-            yield (name.decode() if isinstance(name, bytes) else str(name))[start:]
+    def _read_many(self, names: list[str]) -> list[bytes | str | None]:
+        """``MGET`` per slot (redis-py's ``mget_nonatomic``, one round trip per primary)."""
+        return list(self.cluster.mget_nonatomic(names))
 
     def close(self) -> None:
         self.lazy.close()
@@ -254,8 +194,3 @@ def _node(url: str, part: str) -> tuple[str, int]:
     if not split.hostname or split.path:
         raise bad_url(url, f"is not a Redis Cluster URL: {part!r} is no host:port")
     return split.hostname, port
-
-
-def glob_escape(text: str) -> str:
-    """``text`` as a Redis ``MATCH`` pattern that matches only itself."""
-    return "".join(f"\\{c}" if c in "*?[]\\" else c for c in text)

@@ -9,7 +9,6 @@ is one the database chose as a deadlock victim.
 
 from __future__ import annotations
 
-import json
 import os
 import threading
 import time
@@ -25,22 +24,15 @@ from ...model.state import PauseState
 from ..base import (
     Change,
     ClockOffset,
-    Event,
-    R,
-    Record,
-    RecordChange,
     RecordUpdated,
     Snapshot,
     Store,
     Updated,
     call_bound,
-    check_key,
-    check_log_name,
-    decode_entry,
     decode_record,
-    encode_entry,
     encode_record,
 )
+from ..primitives import R, Record, RecordChange, check_key, check_log_name, decode_entry
 from .engine import WRITE, Call, Retry, Watchdog, clock, failing, open_engine
 from .schema import NAME_LENGTH, PREFIX_LENGTH, log, prepare, values
 
@@ -48,12 +40,12 @@ T = TypeVar("T")
 ATTEMPTS = 20
 PREPARE_BACKOFF = 0.01
 """Seconds, times the attempt, between two tries at making the tables."""
-STATE, WORKER, RECORD, EVENTS, LEASE = "state", "worker", "record", "events", "lease"
+STATE, WORKER, RECORD = "state", "worker", "record"
 
 
 class SqlStore(Store):
-    """Keeps each value as a row of ``celery_pause_values`` and each log entry as a row
-    of ``celery_pause_log``, under the store's prefix (see :mod:`.sql_schema`)."""
+    """Keeps each value (the state, each report, each record) as a row of
+    ``celery_pause_values`` under the store's prefix (see :mod:`.schema`)."""
 
     def __init__(self, url: str, prefix: str, *, timeout: float = 2.0) -> None:
         super().__init__(url, prefix)
@@ -129,55 +121,18 @@ class SqlStore(Store):
         rows = self._run(lambda conn: conn.execute(query).scalars().all(), write=False)
         return WorkerReport.decode_all(rows)
 
-    def append_log(self, log_name: str, entry: Mapping[str, Any], *, keep: int) -> None:
+    def legacy_log(self, log_name: str) -> list[dict[str, Any]]:
+        """The rows of ``celery_pause_log`` (schema 1), newest first."""
         name = check_log_name(log_name)
-        data = encode_entry(entry).decode()
-        where = (log.c.prefix == self.prefix) & (log.c.name == name)
-
-        def work(conn: sa.Connection) -> None:
-            conn.execute(sa.insert(log).values(prefix=self.prefix, name=name, entry=data))
-            newest = sa.select(log.c.id).where(where).order_by(log.c.id.desc())
-            cutoff = conn.execute(newest.offset(max(keep, 1) - 1).limit(1)).scalar()
-            if cutoff is not None:
-                conn.execute(sa.delete(log).where(where & (log.c.id < cutoff)))
-
-        self._run(work)
-
-    def read_log(self, log_name: str, *, limit: int | None = None) -> list[dict[str, Any]]:
-        name = check_log_name(log_name)
-        if limit is not None and limit < 1:
-            return []
         query = (
             sa.select(log.c.entry)
             .where((log.c.prefix == self.prefix) & (log.c.name == name))
             .order_by(log.c.id.desc())
-            .limit(limit)
         )
         rows = self._run(lambda conn: list(conn.execute(query).scalars()), write=False)
         return [decode_entry(row) for row in rows]
 
-    # -- shared counters, records and leases --------------------------------------------
-    def add_event(self, key: str, *, window: float, detail: str = "", limit: int = 1000) -> int:
-        check_key(key)
-
-        def work(conn: sa.Connection) -> int:
-            raw, exists = self._lock(conn, EVENTS, key)
-            now = clock(conn)
-            events = [e for e in _events(key, raw) if e[0] >= now - window]
-            events = [*events, [now, detail]][-limit:]
-            self._put(conn, EVENTS, key, json.dumps(events, separators=(",", ":")), exists=exists)
-            return len(events)
-
-        return self._run(work)
-
-    def recent_events(self, key: str, *, window: float) -> list[Event]:
-        raw = self._run(lambda conn: self._get(conn, EVENTS, check_key(key)), write=False)
-        since = self.now() - window
-        return [Event(at, detail) for at, detail in _events(key, raw) if at >= since]
-
-    def clear_events(self, key: str) -> None:
-        self._run(lambda conn: self._delete(conn, EVENTS, check_key(key)))
-
+    # -- records ----------------------------------------------------------------------------
     def read_record(self, key: str) -> Record | None:
         raw = self._run(lambda conn: self._get(conn, RECORD, check_key(key)), write=False)
         return decode_record(key, raw)
@@ -198,9 +153,6 @@ class SqlStore(Store):
 
         return self._run(work)
 
-    def delete_record(self, key: str) -> None:
-        self._run(lambda conn: self._delete(conn, RECORD, check_key(key)))
-
     def read_records(self, prefix: str) -> dict[str, Record]:
         rows = self._run(lambda conn: self._all(conn, RECORD), write=False)
         return {
@@ -212,33 +164,6 @@ class SqlStore(Store):
     def record_keys(self, prefix: str = "") -> list[str]:
         rows = self._run(lambda conn: self._all(conn, RECORD), write=False)
         return sorted(name for name, _ in rows if name.startswith(prefix))
-
-    def acquire_lease(self, key: str, owner: str, ttl: float) -> bool:
-        check_key(key)
-
-        def work(conn: sa.Connection) -> bool:
-            holder, exists, now = self._lease(conn, key, lock=True)
-            if holder is not None and holder != owner:
-                return False
-            self._put(conn, LEASE, key, json.dumps(owner), exists=exists, expires=now + ttl)
-            return True
-
-        return self._run(work)
-
-    def release_lease(self, key: str, owner: str) -> bool:
-        check_key(key)
-
-        def work(conn: sa.Connection) -> bool:
-            if self._lease(conn, key, lock=True)[0] != owner:
-                return False
-            self._delete(conn, LEASE, key)
-            return True
-
-        return self._run(work)
-
-    def lease_owner(self, key: str) -> str | None:
-        check_key(key)
-        return self._run(lambda conn: self._lease(conn, key, lock=False)[0], write=False)
 
     def init(self) -> str:
         with self._failing():
@@ -272,16 +197,15 @@ class SqlStore(Store):
         value: str,
         *,
         exists: bool | None,
-        expires: float | None = None,
     ) -> None:
         """Write a row read and locked in this transaction (``exists``: whether it was
         there), or, with ``exists`` ``None``, whatever is there (last writer wins)."""
         if exists is not False:
             update = sa.update(values).where(self._where(kind, name))
-            if conn.execute(update.values(value=value, expires=expires)).rowcount or exists:
+            if conn.execute(update.values(value=value)).rowcount or exists:
                 return
         row = {"prefix": self.prefix, "kind": kind, "name": name, "value": value}
-        conn.execute(sa.insert(values).values(**row, expires=expires))
+        conn.execute(sa.insert(values).values(**row))
 
     def _delete(self, conn: sa.Connection, kind: str, name: str) -> None:
         conn.execute(sa.delete(values).where(self._where(kind, name)))
@@ -291,24 +215,6 @@ class SqlStore(Store):
             (values.c.prefix == self.prefix) & (values.c.kind == kind)
         )
         return [(row[0], row[1]) for row in conn.execute(query)]
-
-    def _lease(
-        self, conn: sa.Connection, key: str, *, lock: bool
-    ) -> tuple[str | None, bool, float]:
-        """The lease's live owner (``None`` if free or expired), whether its row exists,
-        and the database's clock, read after the row lock."""
-        query = sa.select(values.c.value, values.c.expires).where(self._where(LEASE, key))
-        row = conn.execute(query.with_for_update() if lock else query).first()
-        now = clock(conn)
-        if row is None:
-            return None, False, now
-        if row[1] is None or float(row[1]) <= now:
-            return None, True, now
-        try:
-            owner = json.loads(row[0])
-        except ValueError:
-            owner = None
-        return (owner if isinstance(owner, str) else "<unreadable>"), True, now
 
     # -- transactions -----------------------------------------------------------------------
     def _run(self, work: Callable[[sa.Connection], T], *, write: bool = True) -> T:
@@ -364,12 +270,3 @@ def _name(hostname: str) -> str:
     if not hostname or len(hostname) > NAME_LENGTH:
         raise InvalidInput(f"a worker name must be 1-{NAME_LENGTH} characters: {hostname[:60]!r}")
     return hostname
-
-
-def _events(key: str, raw: str | None) -> list[list[Any]]:
-    if raw is None:
-        return []
-    try:
-        return [[float(at), str(detail)] for at, detail in json.loads(raw)]
-    except (ValueError, TypeError) as exc:
-        raise StoreError(f"events {key!r} are unreadable: {exc}"[:300]) from None

@@ -6,14 +6,12 @@ import json
 import threading
 
 import pytest
-import redis
 
 from celery_pause.errors import InvalidInput
 from celery_pause.model.outcome import Outcome
 from celery_pause.model.state import PauseState
 from celery_pause.stores.base import Store
-from celery_pause.stores.redis import RedisStore
-from support.stores import raw_value, write_raw
+from support.stores import Spec, make_store, raw_value, write_raw
 
 
 def test_entries_come_back_newest_first_and_the_log_stays_bounded(store: Store) -> None:
@@ -31,18 +29,14 @@ def test_entries_come_back_newest_first_and_the_log_stays_bounded(store: Store) 
     assert store.read_log("other") == []
 
 
-def test_entries_are_stored_as_json_under_the_prefix(store: Store) -> None:
+def test_a_log_is_one_json_record(store: Store) -> None:
     # When an entry is appended
     store.append_log("history", {"action": "pause", "queues": None, "at": 1.5}, keep=10)
 
-    # Then the store holds plain JSON for it, under the store's prefix
-    [raw] = (raw_value(store, "log", "history") or b"").splitlines()
-    assert json.loads(raw) == {"action": "pause", "queues": None, "at": 1.5}
-    if isinstance(store, RedisStore):
-        client = redis.Redis.from_url(store.url)
-        assert [k.decode() for k in client.scan_iter(f"{store.prefix}*")] == [
-            f"{store.prefix}:log:history"
-        ]
+    # Then the store holds plain JSON for it, in the record of the log
+    raw = raw_value(store, "record", "log:history") or b""
+    assert json.loads(raw) == {"entries": [{"action": "pause", "queues": None, "at": 1.5}]}
+    assert store.record_keys() == ["log:history"]
 
 
 def test_bad_names_and_entries_are_refused_and_lose_nothing(store: Store) -> None:
@@ -62,14 +56,31 @@ def test_bad_names_and_entries_are_refused_and_lose_nothing(store: Store) -> Non
 
 
 def test_a_damaged_entry_is_reported_not_dropped(store: Store) -> None:
-    # Given a log with a good entry and one that is not JSON
-    store.append_log("history", {"n": 1}, keep=10)
-    write_raw(store, "log", "history", b"{not json")
+    # Given a log with good entries and one that is not a JSON object
+    write_raw(store, "record", "log:history", b'{"entries": [{"n": 2}, "text", {"n": 1}]}')
 
-    # When it is read, Then both come back, the damaged one marked unreadable
-    newest, oldest = store.read_log("history")
-    assert "unreadable" in newest
-    assert oldest == {"n": 1}
+    # When it is read, Then all come back, the damaged one marked unreadable
+    newest, damaged, oldest = store.read_log("history")
+    assert (newest, oldest) == ({"n": 2}, {"n": 1})
+    assert "unreadable" in damaged
+
+
+def test_a_log_of_schema_1_is_read_and_taken_over_by_the_first_append(shared_spec: Spec) -> None:
+    # Given a history as a store of schema 1 kept it (a Redis list, a file of lines, rows of
+    # the SQL log table), one entry damaged
+    store = make_store(*shared_spec)
+    for raw in (b'{"n": 1}', b"{not json", b'{"n": 3}'):
+        write_raw(store, "log", "history", raw)
+
+    # Then it is read, newest first, the damaged entry reported
+    first, damaged, last = store.read_log("history")
+    assert (first, last) == ({"n": 3}, {"n": 1})
+    assert "unreadable" in damaged
+
+    # When an entry is appended, Then the log holds it before the old ones, bounded
+    store.append_log("history", {"n": 4}, keep=3)
+    assert [e.get("n") for e in store.read_log("history")] == [4, 3, None]
+    assert store.record_keys("log:") == ["log:history"]
 
 
 def test_appending_does_not_disturb_atomic_updates(store: Store) -> None:

@@ -13,8 +13,18 @@ from celery_pause.model.outcome import Outcome
 from celery_pause.stores.base import Store
 from celery_pause.stores.file import FileStore
 from celery_pause.stores.memory import MemoryStore
+from celery_pause.stores.redis import RedisStore
 from support.harness import wait_for
-from support.stores import Spec, make_store, run_in_processes, sql_rows, write_raw
+from support.services import require
+from support.stores import (
+    REDIS_STORE,
+    Spec,
+    make_store,
+    private,
+    run_in_processes,
+    sql_rows,
+    write_raw,
+)
 
 PROCESSES = 4
 EACH = 25
@@ -203,36 +213,72 @@ def test_exactly_one_of_many_racing_processes_gets_a_lease(shared_spec: Spec) ->
     assert store.lease_owner("breaker:race") is not None
 
 
-def test_everything_lives_under_the_store_prefix(store_spec: Spec, store: Store) -> None:
+def test_events_leases_and_records_are_records_under_the_store_prefix(
+    store_spec: Spec, store: Store
+) -> None:
     # Given one of each
     store.add_event("breaker:p", window=60)
     store.update_record("breaker:p", lambda rec, now: Outcome({"v": 1}, None))
     store.acquire_lease("breaker:p", "me", 30)
 
-    # Then every key (or file) carries the store's prefix
+    # Then each is a record of its own
+    assert store.record_keys() == ["breaker:p", "events:breaker:p", "lease:breaker:p"]
+    assert store.record_keys("lease:") == ["lease:breaker:p"]
+
+    # ... and every key (or file) carries the store's prefix
     kind, url, prefix = store_spec
     if kind == "redis":
         client = redis.Redis.from_url(url)
         keys = sorted(k.decode() for k in client.scan_iter(f"{prefix}:*"))
         assert keys == [
-            f"{prefix}:events:breaker:p",
-            f"{prefix}:lease:breaker:p",
-            f"{prefix}:records",
+            f"{prefix}:record-keys",
+            f"{prefix}:record:breaker:p",
+            f"{prefix}:record:events:breaker:p",
+            f"{prefix}:record:lease:breaker:p",
         ]
     elif isinstance(store, MemoryStore):
         assert MemoryStore(url, f"{prefix}-other").record_keys() == []
-        assert list(store.space.records) == list(store.space.leases) == ["breaker:p"]
-        assert list(store.space.events) == ["breaker:p"]
     elif isinstance(store, FileStore):
         files = sorted(str(p.relative_to(store.root)) for p in store.root.rglob("*.json"))
         assert files == [
-            "events/breaker%3Ap.json",
-            "leases/breaker%3Ap.json",
             "records/breaker%3Ap.json",
+            "records/events%3Abreaker%3Ap.json",
+            "records/lease%3Abreaker%3Ap.json",
         ]
     else:
         assert sql_rows(store) == [
-            ("events", "breaker:p"),
-            ("lease", "breaker:p"),
             ("record", "breaker:p"),
+            ("record", "events:breaker:p"),
+            ("record", "lease:breaker:p"),
         ]
+
+    # When the lease is released and the events cleared, their records go
+    assert store.release_lease("breaker:p", "me")
+    store.clear_events("breaker:p")
+    assert store.record_keys() == ["breaker:p"]
+
+
+def test_the_records_of_a_schema_1_redis_hash_are_read_and_moved_by_their_first_write() -> None:
+    require("Redis", "127.0.0.1", 6379)
+    with private("redis", REDIS_STORE, f"schema1-{uuid.uuid4().hex[:8]}") as spec:
+        store = make_store(*spec)
+        assert isinstance(store, RedisStore)
+        # Given records as a Redis store of schema 1 kept them: one hash
+        old = {"breaker:a": b'{"n": 1}', "limit:h:x:slots": b'{"slots": {}}'}
+        store.client.hset(store.legacy_key, mapping=old)  # type: ignore[arg-type]
+
+        # Then they are read, listed and read in bulk
+        assert store.read_record("breaker:a") == {"n": 1}
+        assert store.record_keys() == ["breaker:a", "limit:h:x:slots"]
+        assert store.read_records("limit:") == {"limit:h:x:slots": {"slots": {}}}
+
+        # When one is updated and the other deleted
+        increment(store, "breaker:a")
+        store.delete_record("limit:h:x:slots")
+
+        # Then the update built on the old value, and each moved out of the hash
+        assert store.read_record("breaker:a") == {"n": 1 + EACH}
+        assert store.client.hgetall(store.legacy_key) == {}
+        assert store.client.smembers(store.index_key) == {b"breaker:a"}
+        assert store.record_keys() == ["breaker:a"]
+        store.close()

@@ -17,7 +17,7 @@ from support.settings import SECRET, store_config
 
 
 class StateOnly(Store):
-    """A store written for the state alone: it lacks the breaker's and history's primitives."""
+    """A store written for the state alone: it lacks the records."""
 
     def now(self) -> float:
         return 0.0
@@ -39,32 +39,28 @@ class StateOnly(Store):
 
 
 def test_a_store_lacking_a_primitive_fails_at_load() -> None:
-    # Given a store class that implements the state but none of the primitives
+    # Given a store class that implements the state but not the records
     # Then it cannot be made, and loading it through an alias names what it lacks
-    with pytest.raises(TypeError, match="lease_owner"):
+    with pytest.raises(TypeError, match="update_record"):
         StateOnly("state://", "p")  # type: ignore[abstract]
-    with pytest.raises(ConfigurationError, match="lacks acquire_lease, add_event, append_log"):
+    with pytest.raises(ConfigurationError, match="lacks read_record, record_keys, update_record"):
         load_store_class(Alias(f"{__name__}:StateOnly", "state://"))
     with pytest.raises(ConfigurationError, match="is not a pause store"):
         load_store_class(Alias(f"{__name__}:config", "config://"))
 
 
-def test_every_primitive_is_abstract_in_the_contract() -> None:
-    primitives = {
-        "append_log",
-        "read_log",
-        "add_event",
-        "recent_events",
-        "clear_events",
+def test_the_contract_is_nine_primitives_and_the_rest_is_built_on_records() -> None:
+    assert Store.__abstractmethods__ == {
+        "now",
+        "read",
+        "update",
+        "put_worker",
+        "remove_worker",
+        "worker_reports",
         "read_record",
         "update_record",
-        "delete_record",
         "record_keys",
-        "acquire_lease",
-        "release_lease",
-        "lease_owner",
     }
-    assert primitives <= Store.__abstractmethods__
 
 
 @pytest.mark.parametrize(
