@@ -46,6 +46,9 @@ class ForwardingStore(Store):
     def update_record(self, key: str, change: RecordChange[R]) -> base.RecordUpdated[R]:
         return self.inner.update_record(key, change)
 
+    def delete_record(self, key: str) -> None:
+        self.inner.delete_record(key)
+
     def record_keys(self, prefix: str = "") -> list[str]:
         return self.inner.record_keys(prefix)
 

@@ -97,9 +97,10 @@ class Store(ABC):
         """The error for an I/O failure of this store: its URL (password masked) and why."""
         return StoreError(f"pause store {self.display_url} failed: {detail}")
 
-    @abstractmethod
     def now(self) -> float:
-        """The store's clock, in seconds since the epoch."""
+        """The store's clock, in seconds since the epoch (that of a :meth:`read`, unless a
+        store has a cheaper way)."""
+        return self.read().now
 
     @abstractmethod
     def read(self) -> Snapshot:
@@ -193,9 +194,9 @@ class Store(ABC):
         found = {key: self.read_record(key) for key in self.record_keys(prefix)}
         return {key: record for key, record in found.items() if record is not None}
 
+    @abstractmethod
     def delete_record(self, key: str) -> None:
-        """Remove record ``key`` (no error if there is none)."""
-        self.update_record(key, primitives.removed)
+        """Remove record ``key``, also an unreadable one (no error if there is none)."""
 
     def append_log(self, log: str, entry: Mapping[str, Any], *, keep: int) -> None:
         """Put ``entry`` (a JSON object) first in the log ``log``, keeping the newest ``keep``.

@@ -126,6 +126,11 @@ class FileStore(Store):
                 self._unlink(path)
             return RecordUpdated.of(current, outcome)
 
+    def delete_record(self, key: str) -> None:
+        path = self._path(self.records_dir, key)
+        with self._locked(self.root / "records.lock"):
+            self._unlink(path)
+
     def record_keys(self, prefix: str = "") -> list[str]:
         try:
             names = [unquote(p.name[: -len(".json")]) for p in self.records_dir.glob("*.json")]

@@ -106,6 +106,10 @@ class MemoryStore(Store):
                 self.space.records.pop(key, None)
             return RecordUpdated.of(current, outcome)
 
+    def delete_record(self, key: str) -> None:
+        with self.space.lock:
+            self.space.records.pop(check_key(key), None)
+
     def record_keys(self, prefix: str = "") -> list[str]:
         with self.space.lock:
             return sorted(key for key in self.space.records if key.startswith(prefix))

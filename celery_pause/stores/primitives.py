@@ -68,11 +68,6 @@ def lease_key(key: str) -> str:
     return f"lease:{check_key(key)}"
 
 
-def removed(current: Record | None, now: float) -> Outcome[Record, None]:
-    """The change that deletes a record (an empty record is none)."""
-    return Outcome({} if current is not None else None, None)
-
-
 # -- logs ------------------------------------------------------------------------------------
 def checked_entry(entry: Mapping[str, Any]) -> dict[str, Any]:
     """``entry`` as a log keeps it: a JSON object, or :class:`InvalidInput`."""

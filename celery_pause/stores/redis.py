@@ -255,6 +255,13 @@ class BaseRedisStore(Store):
         with self._failing():
             return self._transaction(transaction, name)
 
+    def delete_record(self, key: str) -> None:
+        with self._failing():
+            pipe = self.client.pipeline(transaction=True)
+            pipe.delete(self.record_key(key))
+            self._indexed(pipe, key, present=False, moved=True)
+            pipe.execute()
+
     def record_keys(self, prefix: str = "") -> list[str]:
         with self._failing():
             return sorted(key for key in self._listed(prefix) if key.startswith(prefix))

@@ -153,6 +153,9 @@ class SqlStore(Store):
 
         return self._run(work)
 
+    def delete_record(self, key: str) -> None:
+        self._run(lambda conn: self._delete(conn, RECORD, check_key(key)))
+
     def read_records(self, prefix: str) -> dict[str, Record]:
         rows = self._run(lambda conn: self._all(conn, RECORD), write=False)
         return {

@@ -19,6 +19,7 @@ from celery_pause.stores import store_for
 from support.harness import REDIS_BROKER, REDIS_STORE
 from support.holds import holds
 from support.services import require
+from support.stores import write_raw
 
 
 @pytest.fixture
@@ -138,8 +139,7 @@ def test_an_unreadable_record_shows_as_such_and_reset_clears_it(app: Celery) -> 
     breaker = celery_pause.CircuitBreaker("dep", queues=["payments"])
     tripped(app, breaker)
     agent_for(app, breaker).reconcile(breaker)
-    prefix = app.conf.pause_key_prefix
-    redis.Redis.from_url(REDIS_STORE).hset(f"{prefix}:records", breaker.key, b"{oops")
+    write_raw(store_for(app), "record", breaker.key, b"{oops")
 
     # Then status says so, and the hold stays: nothing un-pauses
     (status,) = celery_pause.breaker_statuses(app)

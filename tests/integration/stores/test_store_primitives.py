@@ -162,6 +162,10 @@ def test_an_unreadable_record_is_an_error_and_stays_as_it_is(store: Store, raw: 
     with pytest.raises(StoreError):
         store.read_record("breaker:bad")
 
+    # When it is deleted, Then it is gone (the way out of a damaged record)
+    store.delete_record("breaker:bad")
+    assert store.read_record("breaker:bad") is None and store.record_keys() == []
+
 
 def test_only_json_objects_and_plain_keys_are_accepted(store: Store) -> None:
     with pytest.raises(InvalidInput, match="JSON"):

@@ -43,7 +43,8 @@ def test_a_store_lacking_a_primitive_fails_at_load() -> None:
     # Then it cannot be made, and loading it through an alias names what it lacks
     with pytest.raises(TypeError, match="update_record"):
         StateOnly("state://", "p")  # type: ignore[abstract]
-    with pytest.raises(ConfigurationError, match="lacks read_record, record_keys, update_record"):
+    lacks = "lacks delete_record, read_record, record_keys, update_record"
+    with pytest.raises(ConfigurationError, match=lacks):
         load_store_class(Alias(f"{__name__}:StateOnly", "state://"))
     with pytest.raises(ConfigurationError, match="is not a pause store"):
         load_store_class(Alias(f"{__name__}:config", "config://"))
@@ -51,7 +52,6 @@ def test_a_store_lacking_a_primitive_fails_at_load() -> None:
 
 def test_the_contract_is_nine_primitives_and_the_rest_is_built_on_records() -> None:
     assert Store.__abstractmethods__ == {
-        "now",
         "read",
         "update",
         "put_worker",
@@ -59,6 +59,7 @@ def test_the_contract_is_nine_primitives_and_the_rest_is_built_on_records() -> N
         "worker_reports",
         "read_record",
         "update_record",
+        "delete_record",
         "record_keys",
     }
 
