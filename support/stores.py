@@ -113,7 +113,6 @@ class RedisAdapter(Adapter):
             store.client.lpush(f"{store.prefix}:log:{name}", raw)
         elif kind == RECORD:
             store.client.set(store.record_key(name), raw)
-            store.client.sadd(store.index_key, name)
         else:
             store.client.set(store.state_key, raw)
 

@@ -38,6 +38,8 @@ POLICY_CHECK = 60.0
 """Seconds between two looks at the server's ``maxmemory-policy``."""
 
 SCAN_COUNT = 1000
+LEGACY_CHECK = 60.0
+"""Seconds between two looks for the records hash of schema 1 while it is there."""
 
 
 class BaseRedisStore(Store):
@@ -248,8 +250,8 @@ class BaseRedisStore(Store):
                     pipe.set(name, data)
                 else:
                     pipe.delete(name)
-                if moved or (current is None) == bool(outcome.value):  # made, deleted, moved
-                    self._indexed(pipe, key, present=bool(outcome.value), moved=moved)
+                if moved:
+                    self._forget_legacy(pipe, key)
             return RecordUpdated.of(current, outcome)
 
         with self._failing():
@@ -257,14 +259,13 @@ class BaseRedisStore(Store):
 
     def delete_record(self, key: str) -> None:
         with self._failing():
-            pipe = self.client.pipeline(transaction=True)
-            pipe.delete(self.record_key(key))
-            self._indexed(pipe, key, present=False, moved=True)
-            pipe.execute()
+            self.client.delete(self.record_key(key))
+            if self._legacy(self.client, [key]) != [None]:
+                self._forget_legacy(self.client, key)
 
     def record_keys(self, prefix: str = "") -> list[str]:
         with self._failing():
-            return sorted(key for key in self._listed(prefix) if key.startswith(prefix))
+            return sorted({key for key in self._listed(prefix) if key.startswith(prefix)})
 
     def read_records(self, prefix: str) -> dict[str, Record]:
         """Every record of the keys that start with ``prefix``: the keys, then their values
@@ -295,12 +296,8 @@ class BaseRedisStore(Store):
         """The values of record ``keys`` in the layout of schema 1 (none by default)."""
         return [None] * len(keys)
 
-    def _indexed(
-        self, pipe: redis.client.Pipeline, key: str, *, present: bool, moved: bool
-    ) -> None:
-        """Keep what lists the records in step when record ``key`` is made, deleted or
-        ``moved`` from the layout of schema 1 (in its transaction); nothing to do where a
-        ``SCAN`` lists them."""
+    def _forget_legacy(self, client: redis.Redis | redis.client.Pipeline, key: str) -> None:
+        """Remove record ``key`` from the layout of schema 1 (it moved, or was deleted)."""
 
     def close(self) -> None:
         self.client.close()
@@ -316,33 +313,40 @@ class BaseRedisStore(Store):
 
 class RedisStore(RedisNotifications, BaseRedisStore):
     """Keeps ``<prefix>:state`` (JSON), ``<prefix>:workers`` (hash of JSON reports) and each
-    record as ``<prefix>:record:<key>`` (JSON, updated with WATCH/MULTI), listed in the set
-    ``<prefix>:record-keys``; the records of schema 1, in the hash ``<prefix>:records``, are
-    read until their first write moves them."""
+    record as ``<prefix>:record:<key>`` (JSON, updated with WATCH/MULTI, listed by a ``SCAN``).
+
+    The records of schema 1, in the hash ``<prefix>:records``, are read until their first
+    write moves them; once a process finds the hash gone, it looks no more (only workers of
+    an earlier release write it)."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.index_key = f"{self.prefix}:record-keys"
         self.legacy_key = f"{self.prefix}:records"
+        self._legacy_gone = False
+        self._legacy_check_at = float("-inf")
 
     def _listed(self, prefix: str) -> Iterable[str]:
-        names = set(self.client.smembers(self.index_key)) | set(self.client.hkeys(self.legacy_key))
-        return (n.decode() if isinstance(n, bytes) else str(n) for n in names)
+        yield from super()._listed(prefix)
+        if self._has_legacy(self.client):
+            for name in self.client.hkeys(self.legacy_key):
+                yield name.decode() if isinstance(name, bytes) else str(name)
 
     def _legacy(
         self, client: redis.Redis | redis.client.Pipeline, keys: list[str]
     ) -> list[bytes | str | None]:
-        return list(client.hmget(self.legacy_key, keys)) if keys else []
+        if not keys or not self._has_legacy(client):
+            return [None] * len(keys)
+        return list(client.hmget(self.legacy_key, keys))
 
-    def _indexed(
-        self, pipe: redis.client.Pipeline, key: str, *, present: bool, moved: bool
-    ) -> None:
-        if present:
-            pipe.sadd(self.index_key, key)
-        else:
-            pipe.srem(self.index_key, key)
-        if moved:
-            pipe.hdel(self.legacy_key, key)
+    def _forget_legacy(self, client: redis.Redis | redis.client.Pipeline, key: str) -> None:
+        client.hdel(self.legacy_key, key)
+
+    def _has_legacy(self, client: redis.Redis | redis.client.Pipeline) -> bool:
+        """Whether the hash of schema 1 may still hold records (asked once a minute)."""
+        if not self._legacy_gone and time.monotonic() >= self._legacy_check_at:
+            self._legacy_gone = not client.exists(self.legacy_key)
+            self._legacy_check_at = time.monotonic() + LEGACY_CHECK
+        return not self._legacy_gone
 
 
 def _lifts_only(before: PauseState, after: PauseState | None) -> bool:
