@@ -44,7 +44,7 @@ Spec = tuple[str, str, str]
 """``(kind, url, prefix)`` of one store."""
 STATE, RECORD, LOG = "state", "record", "log"
 """What :meth:`Adapter.raw` and :meth:`Adapter.write_raw` reach: the state, a record, or a log
-as the stores of schema 1 kept it (a Redis list, a file of lines, the SQL log table)."""
+as the stores of earlier releases kept it (a Redis list, a file of lines, the SQL log table)."""
 
 
 class Adapter(ABC):
@@ -73,13 +73,13 @@ class Adapter(ABC):
 
     @abstractmethod
     def raw(self, store: Store, kind: str, name: str) -> bytes | None:
-        """The stored bytes of the state, a record or a schema 1 log (its entries joined by
-        newlines, newest first)."""
+        """The stored bytes of the state, a record or a log as earlier releases kept it (its
+        entries joined by newlines, newest first)."""
 
     @abstractmethod
     def write_raw(self, store: Store, kind: str, name: str, raw: bytes) -> None:
-        """Store ``raw`` as the state or a record, or add it as the newest entry of a schema 1
-        log."""
+        """Store ``raw`` as the state or a record, or add it as the newest entry of a log as
+        earlier releases kept it."""
 
     def rows(self, store: Store) -> list[tuple[str, str]]:
         """``(kind, name)`` of every value the store holds under its prefix, sorted (the
@@ -214,11 +214,11 @@ class MemoryAdapter(Adapter):
         forget_all()
 
     def raw(self, store: Store, kind: str, name: str) -> bytes | None:
-        assert isinstance(store, MemoryStore) and kind != LOG, "no schema 1 in memory"
+        assert isinstance(store, MemoryStore) and kind != LOG, "no earlier layout in memory"
         return store.space.records.get(name) if kind == RECORD else store.space.state
 
     def write_raw(self, store: Store, kind: str, name: str, raw: bytes) -> None:
-        assert isinstance(store, MemoryStore) and kind != LOG, "no schema 1 in memory"
+        assert isinstance(store, MemoryStore) and kind != LOG, "no earlier layout in memory"
         if kind == RECORD:
             store.space.records[name] = raw
         else:

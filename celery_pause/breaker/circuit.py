@@ -51,7 +51,7 @@ from ..model.validation import (
 from ..settings import config_for
 from ..stores import Store, store_for
 from ..stores.base import RecordUpdated
-from ..stores.primitives import Record
+from ..stores.primitives import Record, lease_key
 from .record import CLOSED, BreakerRecord, Policy, R, Rule
 
 logger = logging.getLogger(__name__)
@@ -204,6 +204,7 @@ class CircuitBreaker:
         dropped = store.update(drop)
         store.delete_record(self.key)
         store.clear_events(self.key)
+        store.delete_record(lease_key(self.key))
         if dropped.changed:
             notify_workers(app, config_for(app), store)
         logger.warning("celery-pause: circuit %s reset", self.name)

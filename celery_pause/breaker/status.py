@@ -109,7 +109,12 @@ def _status(store: Store, name: str, breaker: CircuitBreaker | None) -> BreakerS
         )  # fmt: skip
     if breaker is not None:
         record = record.with_policy(breaker.policy)
-    events = store.recent_events(key, window=record.window) if record.window else []
+    last_error = record.last_error
+    try:
+        events = store.recent_events(key, window=record.window) if record.window else []
+        prober = store.lease_owner(key) if record.state == HALF_OPEN else None
+    except StoreError as exc:  # a damaged window or lease: the record still says the state
+        events, prober, last_error = [], None, str(exc)[:300]
     now = store.now()
     return BreakerStatus(
         name=name,
@@ -120,8 +125,8 @@ def _status(store: Store, name: str, breaker: CircuitBreaker | None) -> BreakerS
         opened_at=record.opened_at,
         next_probe_at=record.next_probe_at,
         reset_timeout=record.reset_timeout,
-        last_error=events[-1].detail if events else record.last_error,
-        prober=store.lease_owner(key) if record.state == HALF_OPEN else None,
+        last_error=events[-1].detail if events else last_error,
+        prober=prober,
         period=record.period,
         queues=record.queues,
         hold_id=record.hold_id,

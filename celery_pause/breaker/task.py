@@ -170,7 +170,9 @@ def task_failed(breaker: CircuitBreaker, task: Task, exc: BaseException) -> Base
     try:
         store = store_for(app)
         before, _ = breaker.check_forced_resume(store, breaker.read(store))
-        count = store.add_event(breaker.key, window=breaker.window, detail=error)
+        count = store.add_event(
+            breaker.key, window=breaker.window, detail=error, limit=breaker.fail_max
+        )
         hold_id = uuid.uuid4().hex[:12]
         # Open only where a worker runs the breaker's agent: nothing else closes it.
         due = count >= breaker.fail_max or (

@@ -98,9 +98,9 @@ class Store(ABC):
         return StoreError(f"pause store {self.display_url} failed: {detail}")
 
     def now(self) -> float:
-        """The store's clock, in seconds since the epoch (that of a :meth:`read`, unless a
-        store has a cheaper way)."""
-        return self.read().now
+        """The store's clock, in seconds since the epoch: this host's by default (a store
+        shared by several hosts answers with its own, as the Redis and SQL stores do)."""
+        return time.time()
 
     @abstractmethod
     def read(self) -> Snapshot:
@@ -205,8 +205,10 @@ class Store(ABC):
         state change, so it may be called right after one.
         """
         key, data = primitives.log_key(log), primitives.checked_entry(entry)
-        before = self.legacy_log(log) if self.read_record(key) is None else []
-        self.update_record(key, primitives.prepend(data, keep, before))
+        before = self.legacy_log(log) if self.read_record(key) is None else None
+        self.update_record(key, primitives.prepend(data, keep, before or []))
+        if before is not None:
+            self.drop_legacy_log(log)
 
     def read_log(self, log: str, *, limit: int | None = None) -> list[dict[str, Any]]:
         """The newest ``limit`` entries of ``log`` (every kept one by default), newest first."""
@@ -217,9 +219,12 @@ class Store(ABC):
         return entries[:limit]
 
     def legacy_log(self, log: str) -> list[dict[str, Any]]:
-        """The entries of ``log`` as a store of schema 1 kept them, newest first (none by
-        default): read until the log's first append in this layout takes them over."""
+        """The entries of ``log`` as earlier releases kept them, newest first (none by
+        default): read until the log's first append in a record takes them over."""
         return []
+
+    def drop_legacy_log(self, log: str) -> None:  # noqa: B027  (optional hook)
+        """Remove ``log`` as earlier releases kept it, once a record took it over."""
 
     def add_event(self, key: str, *, window: float, detail: str = "", limit: int = 1000) -> int:
         """Record an event now in the sliding window ``key``; return how many events
@@ -229,7 +234,7 @@ class Store(ABC):
 
     def recent_events(self, key: str, *, window: float) -> list[Event]:
         """The events of the last ``window`` seconds in ``key``, oldest first."""
-        events = primitives.events_of(self.read_record(primitives.events_key(key)))
+        events = primitives.events_of(self.read_record(primitives.events_key(key)), key)
         since = self.now() - window
         return [event for event in events if event.at >= since]
 

@@ -69,9 +69,6 @@ class FileStore(Store):
     ) -> FileStore:
         return cls(url, prefix, timeout=timeout)
 
-    def now(self) -> float:
-        return time.time()
-
     def read(self) -> Snapshot:
         return Snapshot(PauseState.decode(self._read(self.state_path)), self.now())
 
@@ -107,10 +104,15 @@ class FileStore(Store):
         return reports
 
     def legacy_log(self, log: str) -> list[dict[str, Any]]:
-        """``log-<name>.jsonl``: one JSON entry a line, oldest first (schema 1)."""
-        path = self.root / f"log-{check_log_name(log)}.jsonl"
-        lines = [line for line in (self._read(path) or b"").splitlines() if line.strip()]
-        return [decode_entry(line) for line in lines[::-1]]
+        """``log-<name>.jsonl`` of earlier releases: one JSON entry a line, oldest first."""
+        lines = [line for line in (self._read(self._log_path(log)) or b"").splitlines()]
+        return [decode_entry(line) for line in lines[::-1] if line.strip()]
+
+    def drop_legacy_log(self, log: str) -> None:
+        self._unlink(self._log_path(log))
+
+    def _log_path(self, log: str) -> Path:
+        return self.root / f"log-{check_log_name(log)}.jsonl"
 
     def read_record(self, key: str) -> Record | None:
         return decode_record(key, self._read(self._path(self.records_dir, key)))

@@ -10,7 +10,6 @@ shared between processes: with the prefork pool, what a task does to the store
 from __future__ import annotations
 
 import threading
-import time
 from dataclasses import dataclass, field
 
 from ..model.report import WorkerReport
@@ -60,9 +59,6 @@ class MemoryStore(Store):
     def __init__(self, url: str, prefix: str) -> None:
         super().__init__(url, prefix)
         self.space = space_for(url, prefix)
-
-    def now(self) -> float:
-        return time.time()
 
     def read(self) -> Snapshot:
         with self.space.lock:

@@ -29,7 +29,9 @@ RecordChange = Callable[[Record | None, float], Outcome[Record, R]]
 """Given a record (``None`` if there is none) and store time, the next record (``None``: no
 change) and a result."""
 
-KEY = re.compile(r"[A-Za-z0-9_.:@-]{1,240}\Z")
+KEY = re.compile(r"[A-Za-z0-9_.:@-]{1,210}\Z")
+SHORT = 200
+"""The longest key of an event window or a lease (its record's key says what it is first)."""
 LOG_NAME = re.compile(r"[a-z][a-z0-9_-]{0,63}\Z")
 UNREADABLE = "<unreadable>"
 
@@ -43,7 +45,7 @@ class Event:
 
 
 def check_key(key: str) -> str:
-    """A key for events, records or leases: 1-240 of ``A-Z a-z 0-9 _ . : @ -``."""
+    """A record's key: 1-210 of ``A-Z a-z 0-9 _ . : @ -`` (200 for events and leases)."""
     if not isinstance(key, str) or not KEY.match(key):
         raise InvalidInput(f"not a store key: {str(key)[:60]!r}")
     return key
@@ -57,15 +59,24 @@ def check_log_name(log: str) -> str:
 
 
 def log_key(log: str) -> str:
+    """The record of log ``log``."""
     return f"log:{check_log_name(log)}"
 
 
 def events_key(key: str) -> str:
-    return f"events:{check_key(key)}"
+    """The record of the event window ``key``."""
+    return f"events:{_short(key)}"
 
 
 def lease_key(key: str) -> str:
-    return f"lease:{check_key(key)}"
+    """The record of lease ``key``."""
+    return f"lease:{_short(key)}"
+
+
+def _short(key: str) -> str:
+    if len(check_key(key)) > SHORT:
+        raise InvalidInput(f"not a store key: {key[:60]!r}… is over {SHORT} characters")
+    return key
 
 
 # -- logs ------------------------------------------------------------------------------------
@@ -96,11 +107,6 @@ def entries_of(record: Record | None) -> list[dict[str, Any]]:
     return [decode_entry(item) for item in raw]
 
 
-def encode_entry(entry: Mapping[str, Any]) -> bytes:
-    """One log entry as compact single-line JSON (for stores that keep an older layout)."""
-    return json.dumps(checked_entry(entry), separators=(",", ":")).encode()
-
-
 def decode_entry(raw: object) -> dict[str, Any]:
     """A stored log entry (JSON text or an object); anything else is reported, not dropped."""
     try:
@@ -125,18 +131,19 @@ def add_event(window: float, detail: str, limit: int) -> RecordChange[int]:
     return change
 
 
-def events_of(record: Record | None) -> list[Event]:
-    """An event window's events, oldest first; :class:`StoreError` if unreadable."""
+def events_of(record: Record | None, key: str = "") -> list[Event]:
+    """The events of window ``key``, oldest first; :class:`StoreError` if unreadable."""
     try:
         return [Event(float(at), str(detail)) for at, detail in (record or {}).get("events", [])]
     except (ValueError, TypeError) as exc:
-        raise StoreError(f"events are unreadable: {exc}"[:300]) from None
+        raise StoreError(f"events {key!r} are unreadable: {exc}"[:300]) from None
 
 
 # -- leases ----------------------------------------------------------------------------------
 def lease_holder(record: Record | None, now: float) -> str | None:
-    """Who holds a lease at store time ``now``; ``None`` if it is free or expired. A lease
-    that is not readable counts as held (by ``<unreadable>``) until it expires."""
+    """Who holds a lease at store time ``now``; ``None`` if it is free or expired (or its
+    expiry cannot be read: it would never expire). An owner that cannot be read holds it as
+    ``<unreadable>`` until it expires."""
     if record is None:
         return None
     expires, owner = record.get("expires"), record.get("owner")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any, TypeVar, cast
 
@@ -38,14 +38,12 @@ POLICY_CHECK = 60.0
 """Seconds between two looks at the server's ``maxmemory-policy``."""
 
 SCAN_COUNT = 1000
-LEGACY_CHECK = 60.0
-"""Seconds between two looks for the records hash of schema 1 while it is there."""
 
 
 class BaseRedisStore(Store):
     """The Redis stores' code on a redis-py client: :class:`RedisStore` (one keyspace) and
-    the Redis Cluster store differ in the client, the keys and the hooks :meth:`_server`
-    and :meth:`_time`."""
+    the Redis Cluster store differ in the client, the keys and the hooks :meth:`_server`,
+    :meth:`_time`, :meth:`_read_many` and :meth:`_migrate`."""
 
     def __init__(
         self,
@@ -104,7 +102,7 @@ class BaseRedisStore(Store):
             if not str(exc).startswith("WRONGTYPE"):
                 raise
             kind = client.type(self.state_key)
-            kind = kind.decode() if isinstance(kind, bytes) else str(kind)
+            kind = _text(kind)
             detail = f"unreadable pause state: {self.state_key} is a Redis {kind}, not a string"
             return PauseState(generation=0, holds=(unreadable_hold(detail[:200]),))
 
@@ -218,10 +216,17 @@ class BaseRedisStore(Store):
         return WorkerReport.decode_all(value for value in raw if value is not None)
 
     def legacy_log(self, log: str) -> list[dict[str, Any]]:
-        """The list ``<prefix>:log:<name>``, newest first (schema 1)."""
+        """The list ``<prefix>:log:<name>`` of earlier releases, newest first."""
         with self._failing():
-            raw = self.client.lrange(f"{self.prefix}:log:{check_log_name(log)}", 0, -1)
+            raw = self.client.lrange(self._legacy_log_key(log), 0, -1)
         return [decode_entry(item) for item in raw]
+
+    def drop_legacy_log(self, log: str) -> None:
+        with self._failing():
+            self.client.delete(self._legacy_log_key(log))
+
+    def _legacy_log_key(self, log: str) -> str:
+        return f"{self.prefix}:log:{check_log_name(log)}"
 
     # -- records: one key each -----------------------------------------------------------------
     def record_key(self, key: str) -> str:
@@ -230,18 +235,15 @@ class BaseRedisStore(Store):
 
     def read_record(self, key: str) -> Record | None:
         with self._failing():
+            self._migrate()
             raw = self.client.get(self.record_key(key))
-            if raw is None:
-                (raw,) = self._legacy(self.client, [key])
         return decode_record(key, raw)
 
     def update_record(self, key: str, change: RecordChange[R]) -> RecordUpdated[R]:
         name = self.record_key(key)
 
         def transaction(pipe: redis.client.Pipeline) -> RecordUpdated[R]:
-            raw = pipe.get(name)
-            moved = raw is None and (raw := self._legacy(pipe, [key])[0]) is not None
-            current = decode_record(key, raw)
+            current = decode_record(key, pipe.get(name))
             outcome = change(current, self._time(pipe, name))
             if outcome.value is not None:
                 data = encode_record(outcome.value)
@@ -250,22 +252,21 @@ class BaseRedisStore(Store):
                     pipe.set(name, data)
                 else:
                     pipe.delete(name)
-                if moved:
-                    self._forget_legacy(pipe, key)
             return RecordUpdated.of(current, outcome)
 
         with self._failing():
+            self._migrate()
             return self._transaction(transaction, name)
 
     def delete_record(self, key: str) -> None:
         with self._failing():
+            self._migrate()
             self.client.delete(self.record_key(key))
-            if self._legacy(self.client, [key]) != [None]:
-                self._forget_legacy(self.client, key)
 
     def record_keys(self, prefix: str = "") -> list[str]:
         with self._failing():
-            return sorted({key for key in self._listed(prefix) if key.startswith(prefix)})
+            self._migrate()
+            return sorted(self._scan(prefix))
 
     def read_records(self, prefix: str) -> dict[str, Record]:
         """Every record of the keys that start with ``prefix``: the keys, then their values
@@ -273,31 +274,22 @@ class BaseRedisStore(Store):
         with self._failing():
             keys = self.record_keys(prefix)
             raw = self._read_many([self.record_key(key) for key in keys]) if keys else []
-            values = dict(zip(keys, raw, strict=True))
-            missing = [key for key, value in values.items() if value is None]
-            values.update(zip(missing, self._legacy(self.client, missing), strict=True))
-        found = {key: decode_record(key, value) for key, value in values.items()}
+        found = {key: decode_record(key, value) for key, value in zip(keys, raw, strict=True)}
         return {key: record for key, record in found.items() if record is not None}
 
-    def _listed(self, prefix: str) -> Iterable[str]:
-        """The record keys that start with ``prefix`` (and maybe others): a ``SCAN``."""
+    def _scan(self, prefix: str) -> Iterator[str]:
+        """The record keys that start with ``prefix``: a ``SCAN``."""
         start = len(self.record_prefix)
         pattern = glob_escape(self.record_prefix + prefix) + "*"
         for name in self.client.scan_iter(match=pattern, count=SCAN_COUNT):
-            yield (name.decode() if isinstance(name, bytes) else str(name))[start:]
+            yield _text(name)[start:]
 
     def _read_many(self, names: list[str]) -> list[bytes | str | None]:
         """The values of the Redis keys ``names``, ``None`` where there is none."""
         return list(self.client.mget(names))
 
-    def _legacy(
-        self, client: redis.Redis | redis.client.Pipeline, keys: list[str]
-    ) -> list[bytes | str | None]:
-        """The values of record ``keys`` in the layout of schema 1 (none by default)."""
-        return [None] * len(keys)
-
-    def _forget_legacy(self, client: redis.Redis | redis.client.Pipeline, key: str) -> None:
-        """Remove record ``key`` from the layout of schema 1 (it moved, or was deleted)."""
+    def _migrate(self) -> None:
+        """Move what an earlier release kept elsewhere into the records (nothing by default)."""
 
     def close(self) -> None:
         self.client.close()
@@ -315,38 +307,35 @@ class RedisStore(RedisNotifications, BaseRedisStore):
     """Keeps ``<prefix>:state`` (JSON), ``<prefix>:workers`` (hash of JSON reports) and each
     record as ``<prefix>:record:<key>`` (JSON, updated with WATCH/MULTI, listed by a ``SCAN``).
 
-    The records of schema 1, in the hash ``<prefix>:records``, are read until their first
-    write moves them; once a process finds the hash gone, it looks no more (only workers of
-    an earlier release write it)."""
+    Earlier releases kept every record in the hash ``<prefix>:records`` and the history in the
+    list ``<prefix>:log:history``: a process moves the hash's records at its first use of
+    them (:meth:`_migrate`), and the history's first new entry takes the list over."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.legacy_key = f"{self.prefix}:records"
-        self._legacy_gone = False
-        self._legacy_check_at = float("-inf")
+        self._migrated = False
 
-    def _listed(self, prefix: str) -> Iterable[str]:
-        yield from super()._listed(prefix)
-        if self._has_legacy(self.client):
-            for name in self.client.hkeys(self.legacy_key):
-                yield name.decode() if isinstance(name, bytes) else str(name)
+    def _migrate(self) -> None:
+        """Once a process: move every record of the hash of earlier releases to its own key
+        (unless a record is there already), then delete the hash, in one transaction that
+        watches the hash (a record changed meanwhile is watched by its own change)."""
+        if self._migrated:
+            return
 
-    def _legacy(
-        self, client: redis.Redis | redis.client.Pipeline, keys: list[str]
-    ) -> list[bytes | str | None]:
-        if not keys or not self._has_legacy(client):
-            return [None] * len(keys)
-        return list(client.hmget(self.legacy_key, keys))
+        def move(pipe: redis.client.Pipeline) -> None:
+            fields = {_text(k): v for k, v in pipe.hgetall(self.legacy_key).items()}
+            names = [self.record_key(key) for key in fields]
+            present = pipe.mget(names) if names else []
+            pipe.multi()
+            for name, value, there in zip(names, fields.values(), present, strict=True):
+                if there is None:
+                    pipe.set(name, value)
+            pipe.delete(self.legacy_key)
 
-    def _forget_legacy(self, client: redis.Redis | redis.client.Pipeline, key: str) -> None:
-        client.hdel(self.legacy_key, key)
-
-    def _has_legacy(self, client: redis.Redis | redis.client.Pipeline) -> bool:
-        """Whether the hash of schema 1 may still hold records (asked once a minute)."""
-        if not self._legacy_gone and time.monotonic() >= self._legacy_check_at:
-            self._legacy_gone = not client.exists(self.legacy_key)
-            self._legacy_check_at = time.monotonic() + LEGACY_CHECK
-        return not self._legacy_gone
+        if self.client.exists(self.legacy_key):
+            self.client.transaction(move, self.legacy_key)
+        self._migrated = True
 
 
 def _lifts_only(before: PauseState, after: PauseState | None) -> bool:
@@ -371,3 +360,7 @@ def _client(url: str, timeout: float) -> redis.Redis:
 def glob_escape(text: str) -> str:
     """``text`` as a Redis ``MATCH`` pattern that matches only itself."""
     return "".join(f"\\{c}" if c in "*?[]\\" else c for c in text)
+
+
+def _text(name: bytes | str) -> str:
+    return name.decode() if isinstance(name, bytes) else str(name)

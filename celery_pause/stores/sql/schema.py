@@ -5,7 +5,7 @@ store's key prefix):
 
 - ``celery_pause_values``: one JSON text per ``(prefix, kind, name)``: the state, worker
   reports and records (the logs, event windows and leases among them); ``expires`` is no
-  longer written (it timed the leases of releases before 0.5);
+  longer written (it timed the leases of earlier releases);
 - ``celery_pause_log``: the logs as earlier releases kept them, one entry a row, read
   until a log's first entry in a record takes them over;
 - ``celery_pause_schema``: one row, the version of this layout. It is written

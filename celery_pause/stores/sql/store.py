@@ -122,15 +122,17 @@ class SqlStore(Store):
         return WorkerReport.decode_all(rows)
 
     def legacy_log(self, log_name: str) -> list[dict[str, Any]]:
-        """The rows of ``celery_pause_log`` (schema 1), newest first."""
-        name = check_log_name(log_name)
-        query = (
-            sa.select(log.c.entry)
-            .where((log.c.prefix == self.prefix) & (log.c.name == name))
-            .order_by(log.c.id.desc())
-        )
+        """The rows of ``celery_pause_log`` that earlier releases wrote, newest first."""
+        query = sa.select(log.c.entry).where(self._log_rows(log_name)).order_by(log.c.id.desc())
         rows = self._run(lambda conn: list(conn.execute(query).scalars()), write=False)
         return [decode_entry(row) for row in rows]
+
+    def drop_legacy_log(self, log_name: str) -> None:
+        where = self._log_rows(log_name)
+        self._run(lambda conn: conn.execute(sa.delete(log).where(where)))
+
+    def _log_rows(self, log_name: str) -> sa.ColumnElement[bool]:
+        return (log.c.prefix == self.prefix) & (log.c.name == check_log_name(log_name))
 
     # -- records ----------------------------------------------------------------------------
     def read_record(self, key: str) -> Record | None:
@@ -165,8 +167,11 @@ class SqlStore(Store):
         }
 
     def record_keys(self, prefix: str = "") -> list[str]:
-        rows = self._run(lambda conn: self._all(conn, RECORD), write=False)
-        return sorted(name for name, _ in rows if name.startswith(prefix))
+        query = sa.select(values.c.name).where(
+            (values.c.prefix == self.prefix) & (values.c.kind == RECORD)
+        )
+        names = self._run(lambda conn: list(conn.execute(query).scalars()), write=False)
+        return sorted(name for name in names if name.startswith(prefix))
 
     def init(self) -> str:
         with self._failing():

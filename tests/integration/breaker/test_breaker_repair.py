@@ -151,6 +151,26 @@ def test_an_unreadable_record_shows_as_such_and_reset_clears_it(app: Celery) -> 
     assert celery_pause.breaker_status(app, breaker).state == "closed" and holds(app) == ()
 
 
+def test_a_damaged_event_window_or_lease_shows_the_state_and_reset_clears_them(app: Celery) -> None:
+    # Given a breaker open with its hold, its failure window and probe lease damaged
+    breaker = celery_pause.CircuitBreaker("dep", queues=["payments"])
+    tripped(app, breaker)
+    agent_for(app, breaker).reconcile(breaker)
+    store = store_for(app)
+    write_raw(store, "record", f"events:{breaker.key}", b'{"events": 7}')
+    write_raw(store, "record", f"lease:{breaker.key}", b"{oops")
+
+    # Then its status still says it is open, naming what is damaged, and the hold stays
+    (status,) = celery_pause.breaker_statuses(app)
+    assert status.state == "open" and "unreadable" in (status.last_error or "")
+    assert [h.source for h in holds(app)] == ["breaker:dep"]
+
+    # When it is reset, Then neither record is left
+    breaker.reset(app)
+    assert store.record_keys() == []
+    assert celery_pause.breaker_status(app, breaker).state == "closed" and holds(app) == ()
+
+
 def test_a_ramped_close_starts_its_ramp_with_the_hold_removed_and_a_trip_ends_it(
     app: Celery,
 ) -> None:

@@ -65,8 +65,8 @@ def test_a_damaged_entry_is_reported_not_dropped(store: Store) -> None:
     assert "unreadable" in damaged
 
 
-def test_a_log_of_schema_1_is_read_and_taken_over_by_the_first_append(shared_spec: Spec) -> None:
-    # Given a history as a store of schema 1 kept it (a Redis list, a file of lines, rows of
+def test_a_log_of_earlier_releases_is_read_then_taken_over(shared_spec: Spec) -> None:
+    # Given a history as earlier releases kept it (a Redis list, a file of lines, rows of
     # the SQL log table), one entry damaged
     store = make_store(*shared_spec)
     for raw in (b'{"n": 1}', b"{not json", b'{"n": 3}'):
@@ -77,10 +77,13 @@ def test_a_log_of_schema_1_is_read_and_taken_over_by_the_first_append(shared_spe
     assert (first, last) == ({"n": 3}, {"n": 1})
     assert "unreadable" in damaged
 
-    # When an entry is appended, Then the log holds it before the old ones, bounded
+    # When an entry is appended, Then the log holds it before the old ones, bounded, and the
+    # old layout is gone
     store.append_log("history", {"n": 4}, keep=3)
     assert [e.get("n") for e in store.read_log("history")] == [4, 3, None]
     assert store.record_keys("log:") == ["log:history"]
+    assert raw_value(store, "log", "history") is None
+    assert store.legacy_log("history") == []
 
 
 def test_appending_does_not_disturb_atomic_updates(store: Store) -> None:

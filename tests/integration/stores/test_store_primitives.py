@@ -261,26 +261,52 @@ def test_events_leases_and_records_are_records_under_the_store_prefix(
     assert store.record_keys() == ["breaker:p"]
 
 
-def test_the_records_of_a_schema_1_redis_hash_are_read_and_moved_by_their_first_write() -> None:
+def test_the_records_hash_of_earlier_releases_moves_to_a_key_each_at_first_use() -> None:
     require("Redis", "127.0.0.1", 6379)
-    with private("redis", REDIS_STORE, f"schema1-{uuid.uuid4().hex[:8]}") as spec:
+    with private("redis", REDIS_STORE, f"moved-{uuid.uuid4().hex[:8]}") as spec:
         store = make_store(*spec)
         assert isinstance(store, RedisStore)
-        # Given records as a Redis store of schema 1 kept them: one hash
-        old = {"breaker:a": b'{"n": 1}', "limit:h:x:slots": b'{"slots": {}}'}
+        # Given records as an earlier release kept them, in one hash, and one of them
+        # already written as a key of its own (by a process that moved it)
+        old = {"breaker:a": b'{"n": 1}', "limit:h:x:slots": b'{"slots": {}}', "k": b'{"v": 1}'}
         store.client.hset(store.legacy_key, mapping=old)  # type: ignore[arg-type]
+        store.client.set(store.record_key("k"), b'{"v": 2}')
 
-        # Then they are read, listed and read in bulk
+        # Then they are read, listed and read in bulk; the key written since wins
         assert store.read_record("breaker:a") == {"n": 1}
-        assert store.record_keys() == ["breaker:a", "limit:h:x:slots"]
+        assert store.record_keys() == ["breaker:a", "k", "limit:h:x:slots"]
         assert store.read_records("limit:") == {"limit:h:x:slots": {"slots": {}}}
+        assert store.read_record("k") == {"v": 2}
 
-        # When one is updated and the other deleted
+        # ... from their own keys: the hash is gone, and changes build on what it held
+        assert not store.client.exists(store.legacy_key)
         increment(store, "breaker:a")
         store.delete_record("limit:h:x:slots")
-
-        # Then the update built on the old value, and each moved out of the hash
         assert store.read_record("breaker:a") == {"n": 1 + EACH}
-        assert store.client.hgetall(store.legacy_key) == {}
-        assert store.record_keys() == ["breaker:a"]
+        assert store.record_keys() == ["breaker:a", "k"]
         store.close()
+
+
+def test_processes_that_move_the_records_hash_at_once_lose_no_change() -> None:
+    require("Redis", "127.0.0.1", 6379)
+    with private("redis", REDIS_STORE, f"moving-{uuid.uuid4().hex[:8]}") as spec:
+        # Given a counter in the records hash of an earlier release
+        first = make_store(*spec)
+        assert isinstance(first, RedisStore)
+        first.client.hset(first.legacy_key, "breaker:count", b'{"n": 1000}')
+
+        # When four fresh processes each move the hash (all at once) and increment it
+        run_in_processes(spec, increment, "breaker:count", processes=PROCESSES)
+
+        # Then every increment built on the moved value, and the hash is gone
+        assert first.read_record("breaker:count") == {"n": 1000 + PROCESSES * EACH}
+        assert not first.client.exists(first.legacy_key)
+        first.close()
+
+
+def test_an_event_window_or_lease_key_over_200_characters_is_refused(store: Store) -> None:
+    with pytest.raises(InvalidInput, match="over 200"):
+        store.add_event("k" * 201, window=1)
+    with pytest.raises(InvalidInput, match="over 200"):
+        store.acquire_lease("k" * 201, "me", 1)
+    assert store.record_keys() == []
