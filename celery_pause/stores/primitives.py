@@ -93,7 +93,7 @@ def prepend(entry: dict[str, Any], keep: int, before: list[dict[str, Any]]) -> R
     an older layout, taken over when the log has no record yet."""
 
     def change(current: Record | None, now: float) -> Outcome[Record, None]:
-        entries = entries_of(current) if current is not None else before
+        entries = _stored(current) if current is not None else before
         return Outcome({"entries": [entry, *entries][: max(keep, 1)]}, None)
 
     return change
@@ -101,10 +101,13 @@ def prepend(entry: dict[str, Any], keep: int, before: list[dict[str, Any]]) -> R
 
 def entries_of(record: Record | None) -> list[dict[str, Any]]:
     """A log record's entries, newest first; one that is not an object is reported."""
+    return [decode_entry(item) for item in _stored(record)]
+
+
+def _stored(record: Record | None) -> list[Any]:
+    """A log record's entries as stored: a damaged one is kept as it is, never rewritten."""
     raw = (record or {}).get("entries", [])
-    if not isinstance(raw, list):
-        return [{"unreadable": f"expected a list, got {type(raw).__name__}"}]
-    return [decode_entry(item) for item in raw]
+    return raw if isinstance(raw, list) else [raw]
 
 
 def decode_entry(raw: object) -> dict[str, Any]:

@@ -76,7 +76,11 @@ def test_a_log_keeps_its_newest_entries_and_takes_over_an_older_layout() -> None
     assert primitives.entries_of(log) == [{"n": 3}, {"n": 2}, {"n": 1}]
     log, _ = apply(log, primitives.prepend({"n": 4}, 3, older), now=0)
     assert primitives.entries_of(log) == [{"n": 4}, {"n": 3}, {"n": 2}]
-    assert primitives.entries_of({"entries": "x"}) == [{"unreadable": "expected a list, got str"}]
+    # A damaged entry is reported, and kept as it is by the next entry
+    [damaged] = primitives.entries_of({"entries": 7})
+    assert damaged == {"unreadable": "expected an object, got int"}
+    log, _ = apply({"entries": [7, {"n": 1}]}, primitives.prepend({"n": 2}, 3, []), now=0)
+    assert log == {"entries": [{"n": 2}, 7, {"n": 1}]}
 
 
 def test_names_keys_and_entries_are_checked() -> None:
