@@ -9,7 +9,7 @@ from celery import Celery
 # censor_store_url() (called below) has Celery mask pause_store_url.
 from . import beat, control  # noqa: F401
 from .api import pause, resume, status, throttle
-from .api.results import ClusterStatus, PauseResult, ResumeResult
+from .api.results import ClusterStatus, PauseResult, ResumeResult, ThrottleResult
 from .breaker.circuit import CircuitBreaker
 from .breaker.status import BreakerStatus, breaker_status, breaker_statuses
 from .breaker.task import BreakerTask
@@ -56,6 +56,7 @@ __all__ = (
     "SchemaError",
     "Scope",
     "StoreError",
+    "ThrottleResult",
     "WorkerReport",
     "breaker_status",
     "breaker_statuses",

@@ -18,7 +18,7 @@ from ..model.scope import Rule, Target
 from ..model.validation import check_timeout
 from ..settings import PauseConfig, setting_name
 from ..stores import Store, store_for
-from .results import PauseResult
+from .results import PauseResult, ThrottleResult
 from .waiting import quiet_workers, wait_for_start
 
 logger = logging.getLogger(__name__)
@@ -67,7 +67,8 @@ def place_hold(
         notify_workers(app, config, store)
     placed = done.result
     live = store.live_reports(config.worker_ttl, done.snapshot.now)
-    result = PauseResult(
+    made = PauseResult if placed.hold.limit is None else ThrottleResult
+    result = made(
         placed.hold,
         done.snapshot.state.generation,
         placed.replaced,

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from ..model.limit import Usage
+from ..model.limit import Limit, Usage
 from ..model.ramp import Ramp
 from ..model.report import WorkerReport, unconfirmed
 from ..model.scope import Scope, Target
@@ -34,6 +34,19 @@ class PauseResult:
         those of its last report (``running`` for a pause it had applied, else ``active``
         counts them). Empty when every worker confirmed, and always without a wait."""
         return unconfirmed(self.workers, self.generation, self.hold.start_at)
+
+
+@dataclass(frozen=True)
+class ThrottleResult(PauseResult):
+    """A recorded limit (what :func:`~celery_pause.throttle` returns), and the workers that
+    applied it when waited for."""
+
+    @property
+    def limit(self) -> Limit:
+        """The limit recorded: ``rate`` in tasks per second, ``concurrency``, ``per``."""
+        if self.hold.limit is None:
+            raise TypeError(f"hold {self.hold.id} pauses: it records no limit")
+        return self.hold.limit
 
 
 @dataclass(frozen=True)

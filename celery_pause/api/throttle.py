@@ -21,7 +21,7 @@ from ..model.validation import (
 from ..settings import config_for, setting_name
 from .holding import Progress, place_hold
 from .operator import default_operator
-from .results import PauseResult
+from .results import ThrottleResult
 
 
 def throttle(
@@ -45,7 +45,7 @@ def throttle(
     notify: bool = True,
     strict: bool = False,
     wait_for_lost: bool = False,
-) -> PauseResult:
+) -> ThrottleResult:
     """Limit the tasks of ``queues``, named ``tasks``, on ``workers`` to a cluster-wide
     ``rate`` and/or ``concurrency``: a hold that slows its scope instead of stopping it.
 
@@ -83,7 +83,7 @@ def throttle(
         wait_for_lost: With ``wait=True``, wait for lost workers too (as ``pause``).
 
     Returns:
-        The recorded limit (``result.hold.limit``), and the manual limit it replaced; with
+        The recorded limit (``result.limit``), and the manual limit it replaced; with
         ``wait=True`` the workers that applied it, and those lost (``result.lost``).
 
     Raises:
@@ -109,7 +109,7 @@ def throttle(
             f"per={per!r} names no label of {setting_name(app, 'pause_labels')} "
             f"(labels: {known}): a task carries no such label, so nothing would be limited"
         )
-    return place_hold(
+    placed = place_hold(
         app,
         config,
         placing,
@@ -120,3 +120,5 @@ def throttle(
         progress=progress,
         wait_for_lost=wait_for_lost,
     )
+    assert isinstance(placed, ThrottleResult)  # a placing with a limit records one
+    return placed

@@ -14,6 +14,7 @@ def test_a_concurrency_limit_of_one_never_lets_two_of_its_scope_run_at_once(proj
     with proj.worker(pool="threads", concurrency=4) as worker:
         result = celery_pause.throttle(proj.app, tasks=[RECORD], concurrency=1, wait=True)
         assert [w.hostname for w in result.workers] == [worker.hostname]
+        assert isinstance(result, celery_pause.ThrottleResult) and result.limit.concurrency == 1
 
         # When 3 tasks of each type, 0.3 s each, are sent interleaved
         sent = []
