@@ -269,8 +269,8 @@ class BaseRedisStore(Store):
             return sorted(self._scan(prefix))
 
     def read_records(self, prefix: str) -> dict[str, Record]:
-        """Every record of the keys that start with ``prefix``: the keys, then their values
-        in one read (and those still in the older layout in another)."""
+        """Every record of the keys that start with ``prefix``: the keys (a ``SCAN``), then
+        their values in one read (one per primary on a cluster)."""
         with self._failing():
             keys = self.record_keys(prefix)
             raw = self._read_many([self.record_key(key) for key in keys]) if keys else []
