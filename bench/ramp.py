@@ -11,8 +11,8 @@ of the test app ``support.proj``, whose task records ``time.time()`` as its body
 starts. A queue is paused, a backlog sent, and the queue resumed plainly; when that
 backlog has run, the queue is paused again, an equal backlog sent, and the queue
 resumed with ``ramp=``. The backlog outlasts the ramp, so the ramp limits throughout.
-Starts are binned from each resume's store time against :meth:`Ramp.rate` (per bin,
-the curve's mean over the bin) and :meth:`Ramp.allowance` (cumulative).
+Starts are binned from each resume's store time against :meth:`~support.holds.Curve.rate` (per bin,
+the curve's mean over the bin) and :meth:`~support.holds.Curve.allowance` (cumulative).
 
 ``--plot`` needs matplotlib (``pip install 'celery-pause[bench]'``); ``--from`` reads
 a saved JSON object, which keeps every start, and redraws or re-tabulates it.
@@ -34,10 +34,8 @@ import celery_pause
 from bench.stats import median
 from bench.targets import POLL_INTERVAL
 from bench.world import Start, World, conditions, log, settle
-from celery_pause.model.ramp import Ramp
-from celery_pause.model.scope import EVERYTHING
-from celery_pause.stores import store_for
 from support.harness import wait_for
+from support.holds import Curve, curve, ramps
 from support.processes import raise_on_sigterm
 
 
@@ -62,7 +60,8 @@ def run(
         done = paused_backlog(world, queue, tasks, task_s)
         settle(1.0)
         result = celery_pause.resume(world.app, queues=[queue], ramp=seconds)
-        (ramp,) = store_for(world.app).read().state.live_ramps(result.now)
+        (ramp,) = ramps(world.app)
+        assert (ramp.hold,) == result.ramps
         ramped = collect(world, done, tasks, timeout=seconds + 60)
     finally:
         world.close()
@@ -121,7 +120,7 @@ def relative(starts: list[Start], origin: float) -> dict[str, list[Any]]:
 def analyse(raw: dict[str, Any], width: float) -> dict[str, Any]:
     """Bins, the curve, how far ahead of or behind it the cluster ran, per-worker counts."""
     r = raw["ramp"]
-    ramp = Ramp(EVERYTHING, start=0.0, duration=r["duration"], peak=r["peak"])
+    ramp = curve(0.0, r["duration"], r["peak"])
     ramped, plain = raw["starts"]["ramped"]["t"], raw["starts"]["plain"]["t"]
     end = max(ramped[-1], plain[-1])
     edges = [round(i * width, 6) for i in range(math.ceil(end / width) + 1)]
@@ -187,7 +186,7 @@ def groups(times: list[float], gap: float = 0.02) -> dict[str, Any]:
     }
 
 
-def per_worker(raw: dict[str, Any], ramp: Ramp) -> dict[str, dict[str, Any]]:
+def per_worker(raw: dict[str, Any], ramp: Curve) -> dict[str, dict[str, Any]]:
     """Per worker: starts during the ramp (beside an equal share of the curve, for
     reference: the workers book from one record, whoever holds the backlog), and in all."""
     starts = raw["starts"]["ramped"]

@@ -6,11 +6,10 @@ from bisect import bisect_right
 from pathlib import Path
 from typing import Any
 
-from celery_pause.model.ramp import Ramp
-from celery_pause.model.scope import EVERYTHING
+from support.holds import Curve, curve
 
 
-def lead(times: list[float], grid: list[float], ramp: Ramp) -> list[float]:
+def lead(times: list[float], grid: list[float], ramp: Curve) -> list[float]:
     """At each time of ``grid``, the starts made by then less the curve's allowance."""
     return [bisect_right(times, t) - ramp.allowance(t) for t in grid]
 
@@ -35,7 +34,7 @@ def plot(raw: dict[str, Any], found: dict[str, Any], path: Path) -> None:
     (beside the plain resume); how far ahead of it the cluster ran; each worker's starts."""
     plt = pyplot()
     r, s, bins = raw["ramp"], raw["settings"], found["bins"]
-    ramp = Ramp(EVERYTHING, start=0.0, duration=r["duration"], peak=r["peak"])
+    ramp = curve(0.0, r["duration"], r["peak"])
     n, end = s["workers"], ramp.duration
     ramped, plain = raw["starts"]["ramped"], raw["starts"]["plain"]
     last = max(ramped["t"][-1], end) + 1.0
@@ -68,7 +67,11 @@ def plot(raw: dict[str, Any], found: dict[str, Any], path: Path) -> None:
         label=f"measured, per {width:g} s bin",
     )
     rate.plot(
-        curve_t, [ramp.rate(t) for t in curve_t], color="#c44e52", lw=2, label="ideal: Ramp.rate(t)"
+        curve_t,
+        [ramp.rate(t) for t in curve_t],
+        color="#c44e52",
+        lw=2,
+        label="ideal: the ramp's rate",
     )
     for x, m in zip(left, measured, strict=True):
         if m > top:
@@ -106,7 +109,7 @@ def plot(raw: dict[str, Any], found: dict[str, Any], path: Path) -> None:
         alpha=0.15,
         label="curve + 1 start",
     )
-    total.plot(curve_t, allowance, color="#c44e52", lw=2, label="ideal: Ramp.allowance(t)")
+    total.plot(curve_t, allowance, color="#c44e52", lw=2, label="ideal: the curve's allowance")
     count = range(1, len(ramped["t"]) + 1)
     total.step(ramped["t"], count, where="post", color="#4c72b0", lw=1.5, label="measured, ramped")
     total.step(

@@ -1,15 +1,17 @@
 """Holds as the tests read and place them: the store's holds, a breaker's hold put there,
-and a state a worker restored after the store forgot it."""
+a state a worker restored after the store forgot it, and the curves of ramped resumes."""
 
 from __future__ import annotations
 
 from contextlib import suppress
+from dataclasses import dataclass
 
 from celery import Celery
 
 import celery_pause
 from celery_pause import cli
 from celery_pause.errors import StoreError
+from celery_pause.model.limit import Limit
 from celery_pause.model.outcome import Outcome
 from celery_pause.model.scope import Scope
 from celery_pause.model.state import Hold, PauseState
@@ -66,3 +68,51 @@ def wait_restored(cluster: Cluster, *holds: Hold, by: str, lost: str) -> PauseSt
     output = invoke(cluster.app, cli.pause, "status").output
     assert f"Restored by {by} at " in output and f": {lost}\n" in output, output
     return state
+
+
+@dataclass(frozen=True)
+class Curve:
+    """A ramped resume as the tests measure it: its rising rate's figures."""
+
+    hold: Hold
+
+    @property
+    def limit(self) -> Limit:
+        assert self.hold.limit is not None and self.hold.limit.rise is not None
+        return self.hold.limit
+
+    @property
+    def start(self) -> float:
+        return (self.limit.rise or (0.0, 0.0))[0]
+
+    @property
+    def duration(self) -> float:
+        return (self.limit.rise or (0.0, 0.0))[1]
+
+    @property
+    def end(self) -> float:
+        return self.start + self.duration
+
+    @property
+    def peak(self) -> float:
+        return self.limit.rate or 0.0
+
+    def rate(self, at: float) -> float:
+        return self.limit.rate_at(at)
+
+    def allowance(self, at: float) -> float:
+        """How many starts the ramp allows the cluster from its start to ``at``."""
+        return self.peak * self.duration * self.limit.progress(at) ** 2 / 2
+
+
+def ramps(app: Celery, source: str | None = None) -> tuple[Curve, ...]:
+    """The ramped resumes in force in ``app``'s store (of ``source``, if given)."""
+    read = store_for(app).read()
+    live = read.state.live_ramps(read.now)
+    return tuple(Curve(h) for h in live if source is None or h.source == source)
+
+
+def curve(start: float, duration: float, peak: float) -> Curve:
+    """The curve of a ramp rising to ``peak`` over ``duration`` seconds from ``start``."""
+    limit = Limit(rate=peak, rise=(start, duration))
+    return Curve(Hold(scope=Scope(frozenset()), limit=limit))

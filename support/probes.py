@@ -8,9 +8,12 @@ from typing import Any
 
 from celery_pause.http.health import Probes
 from celery_pause.http.server import Request, Response
-from celery_pause.model.scope import NOTHING
+from celery_pause.model.scope import NOTHING, Scope
+from celery_pause.model.state import Hold
 from celery_pause.monitor.view import WorkerView
-from celery_pause.worker.figures import GateCounters
+from celery_pause.worker.figures import GateCounters, GateFigures
+from celery_pause.worker.pools import PoolSupport
+from celery_pause.worker.snapshot import Applied, WorkerSnapshot
 
 
 class StandIn:
@@ -27,28 +30,50 @@ class StandIn:
         return self._alive
 
 
-def view(**changes: Any) -> WorkerView:
-    """A connected worker's view with nothing paused, and ``changes``."""
-    base = WorkerView(
+def view(
+    *,
+    scope: Scope = NOTHING,
+    holds: tuple[Hold, ...] = (),
+    scheduled: tuple[Hold, ...] = (),
+    held: int = 0,
+    held_by_task: dict[str, int] | None = None,
+    **changes: Any,
+) -> WorkerView:
+    """A connected worker's view on queues a and b: applying ``scope`` (nothing paused by
+    default) under ``holds``, its gate holding ``held`` requests, and ``changes``."""
+    gate = GateFigures(
+        scope=scope,
+        held=held,
+        waiting=0,
+        oldest=None,
+        held_by_task=held_by_task or {},
+        counters=GateCounters(),
+    )
+    applied = Applied(3, scope)
+    snapshot = WorkerSnapshot(
         hostname="w1@host",
+        pool=PoolSupport("prefork"),
+        applied=applied,
+        enforced=applied,
+        holds=holds,
+        scheduled=scheduled,
+        as_of=0.0,
+        breakers=(),
+        consumed=("a", "b"),
+        listening=("a", "b"),
+        store_ok=True,
+        gate=gate,
+        in_flight=(),
+        store_now=time.time(),
+    )
+    base = WorkerView(
+        snapshot=snapshot,
         now=time.time(),
         connected=True,
-        applied=True,
-        generation=3,
-        scope=NOTHING,
-        consumed=("a", "b"),
-        holds=(),
-        scheduled=(),
-        since=None,
-        held=0,
-        counters=GateCounters(),
-        held_by_task={},
         transitions={"pause": 0, "resume": 0},
         breakers={},
-        store_ok=True,
         loop_idle=0.1,
         busy=False,
-        pool="prefork",
     )
     return replace(base, **changes)
 

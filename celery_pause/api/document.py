@@ -2,7 +2,7 @@
 
 :func:`overview` reads everything ``pause status`` shows (holds, workers, queue
 depths, breakers, history); :func:`status_json` turns it into the documented
-JSON document (schema 1) that ``pause status --json`` prints and ``GET /status``
+JSON document (schema 2) that ``pause status --json`` prints and ``GET /status``
 returns.
 """
 
@@ -16,6 +16,7 @@ from celery import Celery
 
 from ..breaker.status import BreakerStatus, breaker_statuses
 from ..history import HistoryEntry, history
+from ..model.ramp import ramp_json
 from ..model.report import LOST
 from ..model.report import PAUSED as WORKER_PAUSED
 from ..model.scope import Target
@@ -26,7 +27,7 @@ from .depths import queue_depths
 from .results import ClusterStatus
 from .status import status
 
-JSON_SCHEMA = 1
+JSON_SCHEMA = 2
 RUNNING = "RUNNING"
 PAUSED = "PAUSED"
 PARTIAL = "PARTIAL"
@@ -127,7 +128,7 @@ def status_json(
     history: Sequence[HistoryEntry] | None = None,
     windows: Sequence[WindowStatus] = (),
 ) -> dict[str, Any]:
-    """The documented ``pause status --json`` document (schema 1); ``history`` when given."""
+    """The documented ``pause status --json`` document (schema 2); ``history`` when given."""
     generation = status.state.generation
     states = [w.state_for(generation) for w in status.workers]
     doc: dict[str, Any] = {
@@ -146,7 +147,7 @@ def status_json(
             if hold.id in status.usage
         ],
         "scheduled": [hold.to_json() for hold in status.scheduled],
-        "ramps": [ramp.status_json(status.now) for ramp in status.ramps],
+        "ramps": [ramp_json(ramp, status.now) for ramp in status.ramps],
         "windows": [window.to_json() for window in windows],
         "workers": [w.status_json(generation) for w in status.workers],
         "totals": {
@@ -157,7 +158,7 @@ def status_json(
             "active": sum(w.active for w in status.workers),
             "reserved": sum(w.reserved for w in status.workers),
             "held": sum(w.held for w in status.workers),
-            "ramping": sum(w.ramping for w in status.workers),
+            "waiting": sum(w.waiting for w in status.workers),
             "not_guaranteed": sum(1 for w in status.workers if not w.guaranteed),
         },
         "queues": [

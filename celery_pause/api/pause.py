@@ -11,7 +11,6 @@ from ..model.placing import Placing
 from ..model.validation import (
     Labels,
     check_beat,
-    check_operator,
     check_reason,
     check_resume,
     check_scope,
@@ -19,7 +18,7 @@ from ..model.validation import (
 )
 from ..settings import config_for
 from .holding import Progress, place_hold
-from .operator import default_operator
+from .operator import operator
 from .results import PauseResult
 
 
@@ -27,7 +26,7 @@ def pause(
     app: Celery,
     *,
     reason: str | None = None,
-    paused_by: str | None = None,
+    by: str | None = None,
     queues: Iterable[str] | str | None = None,
     tasks: Iterable[str] | str | None = None,
     workers: Iterable[str] | str | None = None,
@@ -43,6 +42,7 @@ def pause(
     notify: bool = True,
     strict: bool = False,
     wait_for_lost: bool = False,
+    paused_by: str | None = None,
 ) -> PauseResult:
     """Pause the tasks of ``queues``, named ``tasks``, on ``workers``: a hold on that scope.
 
@@ -53,7 +53,7 @@ def pause(
     Parameters:
         app: The Celery app whose cluster to pause.
         reason: Why, shown by ``pause status`` and recorded in the history.
-        paused_by: Who pauses; ``user@host`` of this process by default.
+        by: Who pauses; ``user@host`` of this process by default.
         queues: The queues to pause (every one by default).
         tasks: The task names to pause (every one by default); shell-style patterns
             (``proj.billing.*``) allowed. A paused task type is held by each worker's gate
@@ -95,6 +95,7 @@ def pause(
         wait_for_lost: With ``wait=True``, wait for lost workers too until they report
             again and confirm (or are forgotten, ``pause_forget_worker_after``): for a caller
             that needs the tasks they ran known finished. Always so with ``pause_lease = None``.
+        paused_by: ``by``, as earlier releases spelled it (deprecated).
 
     Returns:
         The recorded pause; with ``wait=True``, the workers that confirmed it, and those
@@ -114,7 +115,7 @@ def pause(
         resume_at=check_resume(resume_after, resume_at),
         start_at=check_start(start_at),
         beat=check_beat(beat) or config.beat_default,
-        by=check_operator(paused_by) or default_operator(),
+        by=operator(by, paused_by=paused_by),
         force=force,
     )
     return place_hold(

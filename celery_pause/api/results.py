@@ -5,11 +5,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from ..model.limit import Limit, Usage
-from ..model.ramp import Ramp
+from ..model.limit import Limit
 from ..model.report import WorkerReport, unconfirmed
 from ..model.scope import Scope, Target
 from ..model.state import Hold, PauseState
+from ..model.usage import Usage
 
 
 @dataclass(frozen=True)
@@ -62,8 +62,8 @@ class ResumeResult:
     """Holds in the scope asked for that are still scheduled to start later."""
     now: float = 0.0
     """Store time of the resume."""
-    ramp: Ramp | None = None
-    """The ramped resume recorded, when asked for one."""
+    ramps: tuple[Hold, ...] = ()
+    """The holds of the ramped resume recorded (limits whose rate rises), when asked for."""
 
 
 @dataclass(frozen=True)
@@ -97,16 +97,16 @@ class ClusterStatus:
 
     @property
     def holds(self) -> tuple[Hold, ...]:
-        """The holds in force now: those that pause and those that limit."""
-        return self.state.active_holds(self.now)
+        """The holds in force now: those that pause and those that limit (but ramps)."""
+        return tuple(hold for hold in self.state.active_holds(self.now) if not hold.ramp)
 
     @property
     def limits(self) -> tuple[Hold, ...]:
-        """The holds that limit now."""
-        return self.state.limits(self.now)
+        """The holds that limit now (but ramps)."""
+        return tuple(hold for hold in self.holds if not hold.pauses)
 
     @property
-    def ramps(self) -> tuple[Ramp, ...]:
+    def ramps(self) -> tuple[Hold, ...]:
         """The ramped resumes still raising their rate."""
         return self.state.live_ramps(self.now)
 

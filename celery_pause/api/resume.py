@@ -12,10 +12,11 @@ from ..errors import InvalidInput
 from ..history import CANCEL, RESUME, record, resume_entry
 from ..model.lifting import Lifted, Lifting, lift
 from ..model.scope import Scope
+from ..model.state import Hold
 from ..model.validation import Labels, check_ramp, check_scope
 from ..settings import PauseConfig, config_for
 from ..stores import Snapshot, Store, store_for
-from .operator import default_operator
+from .operator import operator
 from .results import ResumeResult
 from .status import in_force
 
@@ -29,9 +30,10 @@ def resume(
     labels: Labels = None,
     hold: str | None = None,
     force: bool = False,
-    resumed_by: str | None = None,
+    by: str | None = None,
     ramp: timedelta | float | None = None,
     notify: bool = True,
+    resumed_by: str | None = None,
 ) -> ResumeResult:
     """Lift the active manual holds within ``queues``, ``tasks`` and ``workers``, or exactly
     the hold whose id is ``hold``.
@@ -58,13 +60,14 @@ def resume(
         force: Also lift holds owned by a circuit breaker, and a hold standing for
             unreadable state, by the same rules (leaving whole those it cannot split), and
             end the current occurrence of a maintenance window the scope contains.
-        resumed_by: Who resumes, recorded in the history; ``user@host`` by default.
+        by: Who resumes, recorded in the history; ``user@host`` by default.
         ramp: Resume gradually (seconds or a ``timedelta``, at most a day): over that time
             the cluster's start rate for what was lifted rises linearly to
             ``pause_ramp_peak`` tasks per second, then is unlimited (see
             :mod:`celery_pause.model.ramp`).
         notify: Broadcast ``pause_refresh``; with ``False`` the workers apply the change at
             their next poll.
+        resumed_by: ``by``, as earlier releases spelled it (deprecated).
 
     Returns:
         The holds removed and cancelled, and those that still pause some of the scope
@@ -78,11 +81,11 @@ def resume(
     """
     scope = check_scope({"queues": queues, "tasks": tasks, "workers": workers, "labels": labels})
     seconds = check_ramp(ramp)
+    by = operator(by, resumed_by=resumed_by)
     if hold is not None and (not isinstance(hold, str) or not scope.everything):
         raise InvalidInput("give a hold id, or a scope (queues, tasks, workers), not both")
     config = config_for(app)
     store = store_for(app)
-    by = resumed_by or default_operator()
     lifting = Lifting(
         scope=scope,
         hold_id=hold,
@@ -123,7 +126,7 @@ def record_resume(
                 kept=snapshot.state.holds,
                 forced=force,
                 action=action,
-                ramp=lifted.ramp.duration if lifted.ramp and action == RESUME else None,
+                ramp=_duration(lifted.ramps) if action == RESUME else None,
             )
             record(store, config, entry)
 
@@ -136,10 +139,16 @@ def result_of(
     now = snapshot.now
     return ResumeResult(
         lifted.removed,
-        tuple(h for h in current.active_holds(now) if h.scope.overlaps(scope)),
+        tuple(h for h in current.active_holds(now) if h.scope.overlaps(scope) and not h.ramp),
         snapshot.state.generation,
         cancelled=lifted.cancelled,
         scheduled=tuple(h for h in current.scheduled_holds(now) if h.scope.overlaps(scope)),
         now=now,
-        ramp=lifted.ramp,
+        ramps=lifted.ramps,
     )
+
+
+def _duration(ramps: tuple[Hold, ...]) -> float | None:
+    """Seconds the ramped resume ``ramps`` lasts (``None``: no ramp)."""
+    rise = ramps[0].limit.rise if ramps and ramps[0].limit else None
+    return None if rise is None else rise[1]

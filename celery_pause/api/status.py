@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from celery import Celery
 
-from ..model.limit import Record, Usage, rate_key, records_prefix, slots_key
+from ..model.limit import Record, rate_key, records_prefix, slots_key
 from ..model.report import known
 from ..model.state import PauseState
+from ..model.usage import Usage
 from ..model.windows import with_windows
 from ..settings import PauseConfig, config_for
 from ..stores import Snapshot, Store, store_for

@@ -12,7 +12,6 @@ from ..model.placing import Placing
 from ..model.validation import (
     Labels,
     check_limit,
-    check_operator,
     check_reason,
     check_resume,
     check_scope,
@@ -20,7 +19,7 @@ from ..model.validation import (
 )
 from ..settings import config_for, setting_name
 from .holding import Progress, place_hold
-from .operator import default_operator
+from .operator import operator
 from .results import ThrottleResult
 
 
@@ -30,7 +29,7 @@ def throttle(
     rate: str | float | None = None,
     concurrency: int | None = None,
     reason: str | None = None,
-    paused_by: str | None = None,
+    by: str | None = None,
     queues: Iterable[str] | str | None = None,
     tasks: Iterable[str] | str | None = None,
     workers: Iterable[str] | str | None = None,
@@ -45,6 +44,7 @@ def throttle(
     notify: bool = True,
     strict: bool = False,
     wait_for_lost: bool = False,
+    paused_by: str | None = None,
 ) -> ThrottleResult:
     """Limit the tasks of ``queues``, named ``tasks``, on ``workers`` to a cluster-wide
     ``rate`` and/or ``concurrency``: a hold that slows its scope instead of stopping it.
@@ -59,7 +59,7 @@ def throttle(
             ``"100/m"``, ``"5/h"``) or a number per second.
         concurrency: Most tasks of the scope running at once across the cluster.
         reason: Why, shown by ``pause status`` and recorded in the history.
-        paused_by: Who throttles; ``user@host`` of this process by default.
+        by: Who throttles; ``user@host`` of this process by default.
         queues: The queues to limit (every one by default).
         tasks: The task names or patterns to limit (every one by default).
         workers: The workers the limit applies on (every one by default); the limit is
@@ -81,6 +81,7 @@ def throttle(
             next poll.
         strict: Refuse a task or worker name that matches nothing known (as ``pause``).
         wait_for_lost: With ``wait=True``, wait for lost workers too (as ``pause``).
+        paused_by: ``by``, as earlier releases spelled it (deprecated).
 
     Returns:
         The recorded limit (``result.limit``), and the manual limit it replaced; with
@@ -98,7 +99,7 @@ def throttle(
         reason=check_reason(reason),
         resume_at=check_resume(resume_after, resume_at),
         start_at=check_start(start_at),
-        by=check_operator(paused_by) or default_operator(),
+        by=operator(by, paused_by=paused_by),
         limit=check_limit(rate, concurrency, per),
     )
     config = config_for(app)

@@ -145,8 +145,10 @@ class BreakerAgent(threading.Thread):
         before = store.read()
         record = breaker.read(store)
         for hold in before.state.holds:
-            if hold.source == breaker.source and (
-                record.state == CLOSED or hold.id != record.hold_id
+            if (
+                hold.source == breaker.source
+                and not hold.ramp
+                and (record.state == CLOSED or hold.id != record.hold_id)
             ):
                 closed = record if record.state == CLOSED else None
                 breaker.drop_hold(self.app, store, hold.id, closed=closed)

@@ -196,10 +196,9 @@ class CircuitBreaker:
 
         def drop(state: PauseState, now: float) -> Outcome[PauseState, None]:
             kept = [hold for hold in state.holds if hold.source != self.source]
-            ramps = any(ramp.source == self.source for ramp in state.ramps)
-            if len(kept) == len(state.holds) and not ramps:
+            if len(kept) == len(state.holds):
                 return Outcome(None, None)
-            return Outcome(state.with_holds(kept).without_ramps(self.source), None)
+            return Outcome(state.with_holds(kept), None)
 
         dropped = store.update(drop)
         store.delete_record(self.key)
@@ -311,10 +310,9 @@ class CircuitBreaker:
                 return Outcome(None, None)
             following = state.with_holds(h for h in state.holds if h.id != hold_id)
             scope = dropped[0].scope
-            ramp = ramping and ramping.ramp_on(scope, config.ramp_peak, self.source)
-            return Outcome(
-                following.with_ramp(ramp, now) if ramp and ramp.live(now) else following, None
-            )
+            ramps = ramping.ramp_on(scope, config.ramp_peak, self.source) if ramping else ()
+            live = [ramp for ramp in ramps if ramp.live(now)]
+            return Outcome(following.with_ramps(live, now) if live else following, None)
 
         if store.update(drop).changed:
             notify_workers(app, config_for(app), store)

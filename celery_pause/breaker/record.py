@@ -19,8 +19,9 @@ from typing import Any, TypeVar
 
 from ..model.jsonfields import optional_str, require_str
 from ..model.outcome import Outcome
-from ..model.ramp import Ramp
+from ..model.ramp import ramp_holds
 from ..model.scope import Scope
+from ..model.state import Hold
 
 CLOSED = "closed"
 OPEN = "open"
@@ -199,12 +200,12 @@ class BreakerRecord:
         """Whether the breaker is closed and the ramp it closed with still lasts at ``now``."""
         return self.state == CLOSED and self.ramp_until is not None and now < self.ramp_until
 
-    def ramp_on(self, scope: Scope, peak: float, source: str) -> Ramp | None:
-        """The ramp on ``scope`` that this close started, if it closed with one."""
+    def ramp_on(self, scope: Scope, peak: float, source: str) -> tuple[Hold, ...]:
+        """The holds of the ramp on ``scope`` that this close started, if it closed with one."""
         if self.state != CLOSED or self.ramp_until is None or self.closed_at is None:
-            return None
+            return ()
         duration = self.ramp_until - self.closed_at
-        return Ramp(scope, self.closed_at, duration, peak, source=source)
+        return ramp_holds(scope, start=self.closed_at, duration=duration, peak=peak, source=source)
 
     def with_policy(self, policy: Policy) -> BreakerRecord:
         """The record carrying the breaker's settings, for status readers."""

@@ -28,7 +28,7 @@ from ..model.scope import NAMES, Scope
 from ..model.state import BEAT_POLICIES
 from .init_store import init_store
 from .outcome import names, operator_errors
-from .params import Duration, flag_of, scope_options
+from .params import Duration, by_option, flag_of, scope_options
 from .placing import PLACING_OPTIONS, check_placing, given_options, place, placing_options
 from .render import pause_lines, resume_lines, status_lines
 from .serve import serve
@@ -94,7 +94,7 @@ def pause(
         lambda progress: api.pause(
             ctx.obj.app,
             reason=reason,
-            paused_by=by,
+            by=by,
             **names(scope),
             resume_after=resume_after,
             resume_at=resume_at,
@@ -161,6 +161,7 @@ pause.add_command(init_store)
     help="Resume gradually: over this time (e.g. 10m, at most 1d) the start rate rises "
     "to pause_ramp_peak tasks/s, then is unlimited.",
 )  # fmt: skip
+@by_option("Who resumes")
 @click.pass_context
 def resume(
     ctx: click.Context,
@@ -168,6 +169,7 @@ def resume(
     hold_id: str | None,
     force: bool,
     ramp: timedelta | None,
+    by: str | None,
     **scope: list[str] | None,
 ) -> None:
     """Resume what was paused by hand: everything, or within the -Q queues, --tasks and -d
@@ -186,6 +188,7 @@ def resume(
             hold=hold_id,
             force=force,
             ramp=ramp,
+            by=by,
         )
     asked = Scope.of_names(dict(scope))
     if hold_id is not None:

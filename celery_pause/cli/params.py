@@ -4,15 +4,16 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timezone
 from typing import Any, TypeVar
 
 import click
 from celery import Celery
 
 from ..errors import ConfigurationError, InvalidInput
+from ..model.coercion import duration, moment, name_list
 from ..model.scope import DIMENSIONS
-from ..model.validation import check_names, parse_datetime, parse_duration
+from ..model.validation import check_names
 from ..model.validation import check_reason as check_reason_text
 from ..settings import config_for, setting_name
 
@@ -26,10 +27,8 @@ class Duration(click.ParamType):  # type: ignore[type-arg]
     name = "duration"
 
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
-        if isinstance(value, timedelta):
-            return value
         try:
-            return parse_duration(str(value))
+            return duration(value, param.name if param and param.name else "duration")
         except InvalidInput as exc:
             self.fail(str(exc), param, ctx)
 
@@ -40,15 +39,13 @@ class DateTime(click.ParamType):  # type: ignore[type-arg]
     name = "datetime"
 
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
-        if isinstance(value, datetime):
-            return value
         try:
-            moment = parse_datetime(str(value))
+            at = moment(value, param.name if param and param.name else "datetime")
         except InvalidInput as exc:
             self.fail(str(exc), param, ctx)
-        if moment <= datetime.now(timezone.utc):
+        if at <= datetime.now(timezone.utc):
             self.fail(f"{value!r} is in the past", param, ctx)
-        return moment
+        return at
 
 
 class NameList(click.ParamType):  # type: ignore[type-arg]
@@ -60,13 +57,8 @@ class NameList(click.ParamType):  # type: ignore[type-arg]
         self.kind = kind
 
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
-        if isinstance(value, list):
-            return value
-        names = [name.strip() for name in str(value).split(",")]
-        if not all(names):
-            self.fail(f"empty {self.kind} name in {value!r}", param, ctx)
         try:
-            return check_names(names, self.kind)
+            return check_names(name_list(value, self.kind), self.kind)
         except InvalidInput as exc:
             self.fail(str(exc), param, ctx)
 
@@ -86,8 +78,16 @@ def check_timeout(ctx: click.Context, param: click.Parameter, value: float) -> f
 
 def check_by(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
     if value is not None and not value.strip():
-        raise click.BadParameter("must name who pauses, e.g. alice@ops", ctx, param)
+        raise click.BadParameter("must name who acts, e.g. alice@ops", ctx, param)
     return value.strip() if value else None
+
+
+def by_option(who: str) -> Callable[[Command], Command]:
+    """``--by NAME``: ``who`` acts (``Who pauses``), for the record."""
+    return click.option(
+        "--by", callback=check_by, metavar="NAME",
+        help=f"{who}, for the record (default: user@host).",
+    )  # fmt: skip
 
 
 def scope_options(command: Command) -> Command:

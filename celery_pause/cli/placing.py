@@ -26,7 +26,7 @@ from .params import (
     Command,
     DateTime,
     Duration,
-    check_by,
+    by_option,
     check_reason,
     check_timeout,
     scope_options,
@@ -60,10 +60,7 @@ def placing_options(what: str) -> Callable[[Command], Command]:
     words = WORDS[what]
     options = [
         click.option("--reason", callback=check_reason, help="Why, shown to everyone who looks."),
-        click.option(
-            "--by", callback=check_by, metavar="NAME",
-            help=f"{words['by']}, for the record (default: user@host).",
-        ),
+        by_option(words["by"]),
         scope_options,
         click.option(
             "--resume-after", type=Duration(),

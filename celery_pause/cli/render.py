@@ -12,11 +12,11 @@ from collections.abc import Mapping, Sequence
 from ..api.document import Depths, Overview, WindowStatus, cluster_state, since
 from ..api.results import ClusterStatus, PauseResult, ResumeResult
 from ..model.formatting import format_duration, format_time
-from ..model.limit import Usage
-from ..model.ramp import Ramp
+from ..model.ramp import describe_ramp
 from ..model.report import APPLIED, LOST, WorkerReport
 from ..model.scope import Scope, Target
 from ..model.state import BEAT_SKIP, Hold
+from ..model.usage import Usage
 
 
 # -- small pieces ------------------------------------------------------------------------
@@ -148,10 +148,12 @@ def scheduled_lines(hold: Hold) -> str:
     )
 
 
-def ramp_text(ramp: Ramp) -> str:
+def ramp_text(ramp: Hold) -> str:
+    peak = ramp.limit.rate if ramp.limit and ramp.limit.rate else 0.0
     return (
-        f"Ramping up: the start rate of {ramp.scope.describe()} rises to {ramp.peak:g} "
-        f"tasks/s until {format_time(ramp.end)}, then is unlimited (a pause wins at once)."
+        f"Ramping up: the start rate of {ramp.scope.describe()} rises to {peak:g} "
+        f"tasks/s until {format_time(ramp.resume_at or 0.0)}, then is unlimited (a pause wins "
+        "at once)."
     )
 
 
@@ -161,8 +163,7 @@ def resume_lines(result: ResumeResult, asked: Scope, *, force: bool) -> list[str
     if result.removed:
         removed = "; ".join(h.describe() for h in result.removed)
         lines.append(f"Resumed {asked.describe()}: removed {removed}.")
-    if result.ramp is not None:
-        lines.append(ramp_text(result.ramp))
+    lines.extend(ramp_text(ramp) for ramp in result.ramps)
     for hold in result.cancelled:
         lines.append(f"Cancelled the {hold.describe()} before it started.")
     if result.scheduled:
@@ -281,7 +282,7 @@ def status_lines(view: Overview) -> list[str]:
         lines.extend("  " + scheduled_line(hold, now) for hold in status.scheduled)
     if status.ramps:
         lines.append("Ramping (a pause wins at once):")
-        lines.extend("  " + ramp.describe(now) for ramp in status.ramps)
+        lines.extend("  " + describe_ramp(ramp, now) for ramp in status.ramps)
     if view.windows:
         lines.append("Windows:")
         lines.extend("  " + window_line(window, now) for window in view.windows)
@@ -318,8 +319,8 @@ def workers_lines(status: ClusterStatus) -> list[str]:
             prefetched = report.reserved - report.active
             if prefetched > 0 or report.held:
                 parts.append(f"prefetched {max(prefetched, report.held)} ({report.held} held)")
-            if report.ramping:
-                parts.append(f"waiting for ramp {report.ramping}")
+            if report.waiting:
+                parts.append(f"waiting for a limit {report.waiting}")
             if report.readded:
                 parts.append(f"consumes paused {', '.join(report.readded)} (consumer added)")
         if report.pool and report.pool != "prefork":

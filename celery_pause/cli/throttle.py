@@ -82,7 +82,7 @@ def throttle(
             concurrency=concurrency,
             per=per,
             reason=reason,
-            paused_by=by,
+            by=by,
             **names(scope),
             resume_after=resume_after,
             resume_at=resume_at,

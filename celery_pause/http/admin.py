@@ -23,7 +23,6 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from datetime import datetime, timedelta, timezone
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -34,8 +33,9 @@ from ..api import pause, resume, throttle
 from ..api.depths import queue_depths
 from ..api.document import overview
 from ..errors import AlreadyPaused, ConfigurationError, InvalidInput, PauseError, StoreError
+from ..model.coercion import duration, moment, name_list
+from ..model.ramp import ramp_json
 from ..model.scope import NAMES
-from ..model.validation import parse_datetime, parse_duration
 from .backlog import render_backlog
 from .server import Request, Response, json_response, wsgi_app
 
@@ -161,7 +161,7 @@ class AdminAPI:
         result = pause(
             self.app,
             reason=_opt_text(body, "reason"),
-            paused_by=_opt_text(body, "by") or _caller(request),
+            by=_opt_text(body, "by") or _caller(request),
             **_scope_names(body),
             **_times(body),
             beat=_opt_text(body, "beat"),
@@ -187,7 +187,7 @@ class AdminAPI:
             concurrency=body.get("concurrency"),
             per=_opt_text(body, "per"),
             reason=_opt_text(body, "reason"),
-            paused_by=_opt_text(body, "by") or _caller(request),
+            by=_opt_text(body, "by") or _caller(request),
             **_scope_names(body),
             **_times(body),
         )
@@ -209,8 +209,8 @@ class AdminAPI:
             **_scope_names(body),
             hold=_opt_text(body, "hold"),
             force=_flag(body, "force"),
-            resumed_by=_opt_text(body, "by") or _caller(request),
-            ramp=_duration(body["ramp"], "ramp") if body.get("ramp") not in (None, "") else None,
+            by=_opt_text(body, "by") or _caller(request),
+            ramp=duration(body["ramp"], "ramp") if body.get("ramp") not in (None, "") else None,
         )
         logger.info(
             "celery-pause admin: resume removed %d hold(s), cancelled %d, %d still in place",
@@ -227,13 +227,13 @@ class AdminAPI:
                 "scheduled": [h.to_json() for h in result.scheduled],
                 "generation": result.generation,
                 "flowing": not result.remaining,
-                "ramp": None if result.ramp is None else result.ramp.status_json(result.now),
+                "ramps": [ramp_json(ramp, result.now) for ramp in result.ramps],
             },
         )
 
     # -- the status document ------------------------------------------------------------
     def status_document(self) -> dict[str, Any]:
-        """``pause status --json`` (schema 1), with the recent history."""
+        """``pause status --json`` (schema 2), with the recent history."""
         view = overview(
             self.app, depths=self.queue_depths, with_history=True, history_limit=HISTORY_SHOWN
         )
@@ -309,9 +309,9 @@ def _times(body: dict[str, Any]) -> dict[str, Any]:
     given = {key: body.get(key) for key in ("resume_after", "resume_at", "start_at")}
     after, at, start = (None if value in (None, "") else value for value in given.values())
     return {
-        "resume_after": None if after is None else _duration(after),
-        "resume_at": None if at is None else _moment(at),
-        "start_at": None if start is None else _moment(start, "start_at"),
+        "resume_after": None if after is None else duration(after),
+        "resume_at": None if at is None else moment(at),
+        "start_at": None if start is None else moment(start, "start_at"),
     }
 
 
@@ -319,35 +319,12 @@ def _names(body: dict[str, Any], key: str) -> list[str] | dict[str, Any] | None:
     """A list of names, or a comma-separated string as on the command line; labels also as
     an object (``{"tenant": "acme"}``, checked as the Python API checks it); empty means all."""
     value = body.get(key)
-    if value is None or value == "" or value == [] or value == {}:
-        return None
+    if value in ("", {}):
+        return None  # a form's empty field: all
     if key == "labels" and isinstance(value, dict):
         return value
-    if isinstance(value, str):
-        value = value.split(",")
-    if not isinstance(value, list) or not all(isinstance(q, str) for q in value):
-        also = ", an object of label names to values" if key == "labels" else ""
-        raise InvalidInput(f"{key} must be a list of names{also} or a comma-separated string")
-    return value
-
-
-def _duration(value: Any, key: str = "resume_after") -> timedelta:
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        return parse_duration(str(value))
-    if isinstance(value, str):
-        return parse_duration(value)
-    raise InvalidInput(f"{key} must be a duration such as 90s, 30m, 2h or seconds")
-
-
-def _moment(value: Any, key: str = "resume_at") -> datetime:
-    if isinstance(value, str):
-        return parse_datetime(value)
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        try:
-            return datetime.fromtimestamp(float(value), tz=timezone.utc)
-        except (OverflowError, ValueError, OSError):
-            raise InvalidInput(f"{key} is out of range") from None
-    raise InvalidInput(f"{key} must be an ISO 8601 date-time")
+    also = ", an object of label names to values" if key == "labels" else ""
+    return name_list(value, key.removesuffix("s"), also=also)
 
 
 # -- serving ----------------------------------------------------------------------------------

@@ -52,9 +52,9 @@ class Probes:
 
     def readyz(self) -> Response:
         view = self.monitor.view()
-        pool = {"pool": view.pool, "pause_guaranteed": not view.pool_problem}
-        if view.pool_problem:
-            pool["pool_problem"] = view.pool_problem
+        pool = {"pool": view.snapshot.pool.name, "pause_guaranteed": not view.snapshot.pool.problem}
+        if view.snapshot.pool.problem:
+            pool["pool_problem"] = view.snapshot.pool.problem
         if not view.connected or not view.applied:
             return json_response(
                 503, {"ready": False, "reason": "not connected to the broker yet", **pool}

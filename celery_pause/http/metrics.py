@@ -14,7 +14,6 @@ from types import ModuleType
 from typing import Any
 
 from ..errors import ConfigurationError
-from ..model.ramp import Ramp
 from ..model.state import Hold
 from ..monitor.view import Observed, WorkerView
 
@@ -110,9 +109,9 @@ def scheduled(view: WorkerView) -> Iterator[Any]:
             "Holds that start later (scheduled pauses, each window's next occurrence), by source.",
             labels=["source"],
         ),
-        _by_source(view.scheduled),
+        _by_source(view.snapshot.scheduled),
     )
-    next_start = min((hold.began for hold in view.scheduled), default=None)
+    next_start = min((hold.began for hold in view.snapshot.scheduled), default=None)
     yield _gauge(
         "celery_pause_next_scheduled_start_seconds",
         "Seconds until the next scheduled hold starts (-1 when none is scheduled).",
@@ -133,7 +132,7 @@ def transitions(view: WorkerView) -> Iterator[Any]:
 
 
 def gate(view: WorkerView) -> Iterator[Any]:
-    counters = view.counters
+    counters = view.snapshot.gate.counters
     yield _with(
         _counter(
             "celery_pause_gate_tasks",
@@ -149,7 +148,7 @@ def gate(view: WorkerView) -> Iterator[Any]:
     yield _gauge(
         "celery_pause_gate_holding",
         "Task messages the gate holds right now.",
-        value=float(view.held),
+        value=float(view.snapshot.gate.held),
     )
     yield _with(
         _gauge(
@@ -157,7 +156,7 @@ def gate(view: WorkerView) -> Iterator[Any]:
             "Task messages the gate holds right now, by task name.",
             labels=["task"],
         ),
-        (([task], float(count)) for task, count in sorted(view.held_by_task.items())),
+        (([task], float(count)) for task, count in sorted(view.snapshot.gate.held_by_task.items())),
     )
 
 
@@ -165,22 +164,21 @@ def ramps(view: WorkerView) -> Iterator[Any]:
     yield _gauge(
         "celery_pause_ramp_waiting",
         "Task messages waiting for a ramped resume's start rate, or a limit's permit, right now.",
-        value=float(view.ramping),
+        value=float(view.snapshot.gate.waiting),
     )
-    for name, documentation, measure in (
-        (
-            "celery_pause_ramp_progress",
-            "How far each ramped resume in force has come, 0 to 1, by source and ramp id.",
-            Ramp.progress,
-        ),
-        (
-            "celery_pause_ramp_rate",
-            "The cluster's start rate (tasks/s) each ramped resume allows now.",
-            Ramp.rate,
-        ),
-    ):
-        family = _gauge(name, documentation, labels=["source", "ramp"])
-        yield _with(family, (([r.source, r.id], measure(r, view.now)) for r in view.ramps))
+    rising = [(r.source, r.id, r.limit) for r in view.ramps if r.limit is not None]
+    progress = _gauge(
+        "celery_pause_ramp_progress",
+        "How far each ramped resume in force has come, 0 to 1, by source and ramp id.",
+        labels=["source", "ramp"],
+    )
+    yield _with(progress, (([s, i], lim.progress(view.now)) for s, i, lim in rising))
+    rate = _gauge(
+        "celery_pause_ramp_rate",
+        "The cluster's start rate (tasks/s) each ramped resume allows now.",
+        labels=["source", "ramp"],
+    )
+    yield _with(rate, (([s, i], lim.rate_at(view.now)) for s, i, lim in rising))
 
 
 def limits(view: WorkerView) -> Iterator[Any]:
@@ -232,12 +230,12 @@ def worker(view: WorkerView) -> Iterator[Any]:
             "(a third-party pool).",
             labels=["pool"],
         ),
-        [([view.pool], 0.0 if view.pool_problem else 1.0)],
+        [([view.snapshot.pool.name], 0.0 if view.snapshot.pool.problem else 1.0)],
     )
     yield _gauge(
         "celery_pause_store_up",
         "1 if the worker's last read of the pause store succeeded, else 0.",
-        value=1.0 if view.store_ok else 0.0,
+        value=1.0 if view.snapshot.store_ok else 0.0,
     )
 
 

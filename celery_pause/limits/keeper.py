@@ -1,4 +1,4 @@
-"""A worker's store work for its limits and ramps, on its store thread: earning permits.
+"""A worker's store work for its limits (ramps too), on its store thread: earning permits.
 
 While requests wait, :class:`LimitKeeper` books runs of start times and takes slots in the
 store, gives back the slots of tasks that ended (or keeps them for the next waiting task, with
@@ -35,7 +35,6 @@ from ..model.limit import (
     tagged,
     take_slots,
 )
-from ..model.ramp import book, ramp_key
 from ..stores import Store
 from .permits import Permits
 
@@ -156,7 +155,7 @@ class LimitKeeper:
         return earned
 
     def _book(self, permits: Permits, want: int) -> tuple[tuple[float, ...], float, float]:
-        """Book ``want`` start times of the rate or ramp of ``permits`` in the store: the
+        """Book ``want`` start times of the rate of ``permits`` in the store: the
         times, when to ask again, and the record as left (:attr:`Permits.known`). If the
         record is missing, ask since when the store kept its records, and book by that."""
         starts, retry_at, known, unknown = self._ask(permits, want, None)
@@ -176,24 +175,15 @@ class LimitKeeper:
     def _ask(
         self, permits: Permits, want: int, kept: float | None
     ) -> tuple[tuple[float, ...], float, float, bool]:
-        ramp, limit, known = permits.ramp, permits.limit, permits.known
-        if ramp is not None:
-            booked = self.store.update_record(
-                ramp_key(permits.id),
-                lambda record, now: book(
-                    record, now, ramp=ramp, want=want, known=max(known, 0.0), kept=kept
-                ),
-            ).result
-            return booked.starts, booked.retry_at, booked.granted, booked.unknown
-        interval = limit.interval if limit is not None else 0.0
+        limit, known = permits.limit, permits.known
         reserved = self.store.update_record(
             rate_key(permits.id),
             lambda record, now: tagged(
-                reserve(record, now, interval=interval, want=want, known=known, kept=kept),
+                reserve(record, now, limit=limit, want=want, known=known, kept=kept),
                 permits.value,
             ),
         ).result
-        return tuple(reserved.times()), reserved.retry_at, reserved.tat, reserved.unknown
+        return reserved.starts, reserved.retry_at, reserved.tat, reserved.unknown
 
     def _renew(self, permits: Permits) -> None:
         held = permits.held_slots()
@@ -210,7 +200,7 @@ class LimitKeeper:
         """Give back the slots of a limit lifted, or a partition forgotten, and delete its
         rate's record once its start times all passed."""
         self._give_back(permits, permits.held_slots())
-        if permits.limit is not None and permits.limit.rate is not None:
+        if permits.limit.rate is not None:
             self.store.update_record(rate_key(permits.id), forget_rate)
 
     def _give_back(self, permits: Permits, slots: list[str]) -> None:

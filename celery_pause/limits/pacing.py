@@ -26,7 +26,6 @@ from typing import Any
 
 from celery.worker.request import Request
 
-from ..model.ramp import Ramp
 from ..model.scope import Target
 from ..model.state import Hold
 from .partitions import Partitions
@@ -85,18 +84,15 @@ class Pacing:
         self.active = False
         """Whether a ramp or a limit is in force (an attribute: the gate reads it per task)."""
 
-    def pace(self, ramps: Iterable[Ramp], limits: Iterable[Hold]) -> None:
-        """Pace the starts of ``ramps`` and ``limits`` from now on; their permits are kept
+    def pace(self, limits: Iterable[Hold]) -> None:
+        """Pace the starts of ``limits`` (ramps too) from now on; their permits are kept
         across calls, so a re-read does not restart them."""
         limits = tuple(limits)
         kept = {permits.id: permits for permits in self.permits}
         self.permits = tuple(
-            [kept.pop(r.id) if r.id in kept else Permits.of_ramp(r) for r in ramps]
-            + [
-                kept.pop(h.id) if h.id in kept else Permits.of_hold(h)
-                for h in limits
-                if h.limit is None or h.limit.per is None
-            ]
+            kept.pop(h.id) if h.id in kept else Permits.of_hold(h)
+            for h in limits
+            if h.limit is None or h.limit.per is None
         )
         self.retired.extend(kept.values())
         families = {family.id: family for family in self.partitions}
@@ -196,7 +192,7 @@ class Pacing:
         self.waiting.append((request, since))
         for p in permits:
             p.waiting += 1
-        limits = [p for p in permits if p.limit is not None]  # a ramp waits within its window
+        limits = [p for p in permits if p.limit.rise is None]  # a ramp waits within its window
         if all(p.value is not None and not p.holds_back() for p in limits):
             return  # only the pool's room keeps it (or nothing): it waits within the window
         qos = self._qos()

@@ -1,9 +1,9 @@
-"""A worker's permits of the limits and ramps: what the gate spends, and the store thread
+"""A worker's permits of the limits: what the gate spends, and the store thread
 adds (:mod:`.keeper`).
 
 The gate (:mod:`celery_pause.worker.gate`) lets a request of a limited scope start only with a
-permit of every limit and ramp that covers it (:class:`Permits`): a start time of the limit's
-rate (or along the ramp's curve) that has come, and a free slot of its concurrency. A start
+permit of every limit that covers it (:class:`Permits`): a start time of the limit's
+rate (along its curve, for a ramp) that has come, and a free slot of its concurrency. A start
 time is spent within :func:`~celery_pause.model.limit.lateness` of its turn or dropped (a
 worker that was stalled spends none of the times that passed meanwhile: it books new ones)."""
 
@@ -17,7 +17,6 @@ from collections.abc import Callable, Iterable
 from celery.worker.request import Request
 
 from ..model.limit import Limit, lateness, run_length
-from ..model.ramp import Ramp
 from ..model.scope import Scope, Target
 from ..model.state import Hold
 
@@ -29,10 +28,11 @@ from the first, doubled at each ask that got none, up to the second."""
 
 
 class Permits:
-    """This worker's permits of one limit or ramp: start times booked, slots taken.
+    """This worker's permits of one limit: start times booked, slots taken.
 
     The gate spends them on the consumer loop, the store thread adds them: both under
-    one lock. A ramp paces starts along its curve, and from its end on lets every task start.
+    one lock. A rising rate (a ramp) paces starts along its curve, and from its end on lets
+    every task start.
     """
 
     def __init__(
@@ -40,23 +40,21 @@ class Permits:
         *,
         id: str,
         scope: Scope,
-        limit: Limit | None = None,
-        ramp: Ramp | None = None,
+        limit: Limit,
         value: str | None = None,
     ) -> None:
         self.id = id
         self.scope = scope
         self.limit = limit
-        self.ramp = ramp
         self.value = value
         """The label value of a limit's partition (``throttle --per``), else ``None``."""
         self.family = id.partition(":")[0] if value is not None else id
         """The limit's hold id: the partitions of a limit per label share the pool's room."""
         self.touched = time.monotonic()
         """``time.monotonic()`` a request of a partition last came."""
-        self.concurrency = None if limit is None else limit.concurrency
-        self.paced = ramp is not None or (limit is not None and limit.rate is not None)
-        """Whether a start needs a start time (a rate or a ramp)."""
+        self.concurrency = limit.concurrency
+        self.paced = limit.rate is not None
+        """Whether a start needs a start time (of a rate)."""
         self._lock = threading.Lock()
         self._starts: deque[float] = deque()
         """Start times booked for this worker (store times), soonest first."""
@@ -69,8 +67,8 @@ class Permits:
         self.retry_at = float("-inf")
         """Store time before which booking start times is not worth asking for."""
         self.known = float("-inf")
-        """The store's record as this worker last saw it: the rate's next start time, or
-        the starts the ramp granted (a record found behind it was lost by the store)."""
+        """The rate's next start time as this worker last saw it in the store (a record
+        found behind it was lost by the store)."""
         self.renewed = time.monotonic()
         """``time.monotonic()`` at the start of the last renewal of its slots that worked."""
         self._slot_misses = 0
@@ -82,11 +80,9 @@ class Permits:
 
     @classmethod
     def of_hold(cls, hold: Hold) -> Permits:
+        if hold.limit is None:
+            raise ValueError(f"hold {hold.id} pauses: it has no permits")
         return cls(id=hold.id, scope=hold.scope, limit=hold.limit)
-
-    @classmethod
-    def of_ramp(cls, ramp: Ramp) -> Permits:
-        return cls(id=ramp.id, scope=ramp.scope, ramp=ramp)
 
     def covers(self, target: Target) -> bool:
         return self.scope.covers(target)
@@ -102,7 +98,7 @@ class Permits:
         longer ago than their lateness allows are dropped, not caught up on)."""
         with self._lock:
             self._drop_late(now)
-            if self.ramp is not None and not self.ramp.live(now):
+            if self._risen(now):
                 return True
             if self.paced and not (self._starts and self._starts[0] <= now):
                 return False
@@ -112,10 +108,7 @@ class Permits:
         """Drop the start times too late to spend at ``now`` (under the lock)."""
         if not self._starts:
             return
-        if self.limit is not None and self.limit.rate is not None:
-            late = lateness(self.limit.rate)
-        else:
-            late = lateness(self.ramp.rate(now) if self.ramp is not None else 0.0)
+        late = lateness(self.limit.rate_at(now))
         while self._starts and self._starts[0] < now - late:
             self._starts.popleft()
 
@@ -200,15 +193,16 @@ class Permits:
         with self._lock:
             if not self.paced or now < self.retry_at:
                 return 0
-            if self.ramp is not None and not self.ramp.live(now):
+            if self._risen(now):
                 return 0
             self._drop_late(now)
             short = self.waiting - len(self._starts)
-            rate = self.limit.rate if self.limit and self.limit.rate else self._ramp_rate(now)
-            return run_length(rate, short) if short > 0 else 0
+            return run_length(max(1.0, self.limit.rate_at(now)), short) if short > 0 else 0
 
-    def _ramp_rate(self, now: float) -> float:
-        return 1.0 if self.ramp is None else max(1.0, self.ramp.rate(now))
+    def _risen(self, now: float) -> bool:
+        """Whether a ramp is over at ``now``: its scope is unlimited from then on."""
+        rise = self.limit.rise
+        return rise is not None and now >= rise[0] + rise[1]
 
     def add_starts(self, times: Iterable[float], retry_at: float, known: float) -> None:
         """The start times a booking got, when to ask again, and the record it left."""

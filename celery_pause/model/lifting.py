@@ -16,7 +16,7 @@ from dataclasses import dataclass, replace
 
 from ..errors import InvalidInput
 from .outcome import Outcome
-from .ramp import Ramp
+from .ramp import ramp_holds
 from .scope import DIMENSIONS, NOTHING, Dimension, Names, Rule, Scope
 from .state import WINDOW_PREFIX, Hold, PauseState
 from .windows import Window, occurrences, window_named
@@ -30,8 +30,8 @@ class Lifted:
     """Active holds lifted, wholly or in part."""
     cancelled: tuple[Hold, ...] = ()
     """Holds (or window occurrences) cancelled before they started."""
-    ramp: Ramp | None = None
-    """The ramped resume recorded, when one was asked for."""
+    ramps: tuple[Hold, ...] = ()
+    """The holds of the ramped resume recorded, when one was asked for."""
 
 
 @dataclass(frozen=True)
@@ -64,18 +64,13 @@ def lift(state: PauseState, now: float, lifting: Lifting) -> Outcome[PauseState,
     if lifting.ramp is None:
         return outcome
     lifted = outcome.result
-    resumed = ramped_scope(lifted.removed, NOTHING if lifting.hold_id else lifting.scope)
+    paused = [hold for hold in lifted.removed if not hold.ramp]
+    resumed = ramped_scope(paused, NOTHING if lifting.hold_id else lifting.scope)
     if outcome.value is None or not resumed:
         verb = "is" if lifting.scope.singular else "are"
         raise InvalidInput(f"nothing to ramp: {lifting.scope.describe()} {verb} not paused")
-    ramp = Ramp(
-        resumed,
-        start=now,
-        duration=lifting.ramp,
-        peak=lifting.peak,
-        by=lifting.by,
-    )
-    return Outcome(outcome.value.with_ramp(ramp, now), replace(lifted, ramp=ramp))
+    ramps = ramp_holds(resumed, start=now, duration=lifting.ramp, peak=lifting.peak, by=lifting.by)
+    return Outcome(outcome.value.with_ramps(ramps, now), replace(lifted, ramps=ramps))
 
 
 def ramped_scope(removed: Sequence[Hold], scope: Scope) -> Scope:

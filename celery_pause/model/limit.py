@@ -32,6 +32,7 @@ import math
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+from .formatting import format_duration
 from .jsonfields import number
 from .outcome import Outcome
 
@@ -50,8 +51,8 @@ MAX_RATE = 1e6
 """The highest rate a limit takes, in tasks per second."""
 MAX_CONCURRENCY = 100_000
 """The highest concurrency a limit takes."""
-BUSIEST = 5
-"""Partitions of a limit per label a status names (it counts the rest)."""
+MAX_RISE = 86400.0
+"""The longest a rate may take to rise (a ramped resume), in seconds: a day."""
 
 Record = dict[str, Any]
 R = TypeVar("R")
@@ -60,11 +61,14 @@ R = TypeVar("R")
 @dataclass(frozen=True)
 class Limit:
     """At most ``rate`` starts per second and ``concurrency`` running tasks in the cluster
-    (for each value of the label ``per``, if given)."""
+    (for each value of the label ``per``, if given). With ``rise`` the limit is a ramp: over
+    ``(start, duration)`` its rate rises linearly from zero to ``rate``."""
 
     rate: float | None = None
     concurrency: int | None = None
     per: str | None = None
+    rise: tuple[float, float] | None = None
+    """Store time the rate starts rising from zero, and seconds until it reaches ``rate``."""
 
     def __post_init__(self) -> None:
         if self.rate is None and self.concurrency is None:
@@ -73,17 +77,53 @@ class Limit:
             raise ValueError(f"rate is {self.rate!r}")
         if self.concurrency is not None and not 0 < self.concurrency <= MAX_CONCURRENCY:
             raise ValueError(f"concurrency is {self.concurrency!r}")
+        if self.rise is not None:
+            start, duration = self.rise
+            if not (math.isfinite(start) and 0 < duration <= MAX_RISE) or self.rate is None:
+                raise ValueError(f"a rate rising over {duration!r} s")
+            if self.concurrency is not None or self.per is not None:
+                raise ValueError("a rising rate is neither a concurrency nor per label")
 
     @property
     def interval(self) -> float:
-        """Seconds between two starts of the cluster (0 without a rate)."""
+        """Seconds between two starts of the cluster at the full rate (0 without a rate)."""
         return 0.0 if self.rate is None else 1.0 / self.rate
 
+    def progress(self, now: float) -> float:
+        """How far a rising rate has come at ``now``, from 0 to 1 (1 if it does not rise)."""
+        if self.rise is None:
+            return 1.0
+        start, duration = self.rise
+        return min(max((now - start) / duration, 0.0), 1.0)
+
+    def rate_at(self, now: float) -> float:
+        """The cluster's start rate at store time ``now`` (``inf`` without a rate)."""
+        return math.inf if self.rate is None else self.rate * self.progress(now)
+
+    def after(self, at: float, starts: float) -> float:
+        """The store time ``starts`` starts after one at ``at``: an ``interval`` apart each,
+        or along the rising rate's curve (then at the full rate past its end)."""
+        if self.rise is None:
+            return at + starts * self.interval
+        rate, (start, duration) = self.rate or 0.0, self.rise
+        risen = rate * duration / 2  # the starts the rise allows in all
+        done = (
+            0.0
+            if at <= start
+            else risen * self.progress(at) ** 2 + max(0.0, at - start - duration) * rate
+        )
+        total = done + starts
+        if total <= risen:
+            return start + duration * math.sqrt(total / risen)
+        return start + duration + (total - risen) / rate
+
     def describe(self) -> str:
-        """``10/s``, ``at most 3 at once``, or both."""
+        """``10/s``, ``at most 3 at once``, or both; ``rising to 100/s over 10 minutes``."""
         parts = []
         if self.rate is not None:
             parts.append(format_rate(self.rate))
+        if self.rise is not None:
+            parts[0] = f"rising to {parts[0]} over {format_duration(self.rise[1])}"
         if self.concurrency is not None:
             parts.append(f"at most {self.concurrency} at once")
         each = "" if self.per is None else f" per {self.per}"
@@ -91,23 +131,29 @@ class Limit:
 
     def to_json(self) -> dict[str, Any]:
         per = {} if self.per is None else {"per": self.per}
-        return {"rate": self.rate, "concurrency": self.concurrency, **per}
+        rise = {} if self.rise is None else {"rise": list(self.rise)}
+        return {"rate": self.rate, "concurrency": self.concurrency, **per, **rise}
 
     @classmethod
     def from_json(cls, data: Any) -> Limit | None:
         """The limit of a stored hold (``None``: the hold pauses); ``ValueError`` or
         ``TypeError`` for anything else."""
         rate, concurrency, per = data.get("rate"), data.get("concurrency"), data.get("per")
+        rise = data.get("rise")
         if rate is None and concurrency is None:
-            if per is not None:
-                raise ValueError("a limit per label needs a rate or a concurrency")
+            if per is not None or rise is not None:
+                raise ValueError("a limit per label or rising needs a rate or a concurrency")
             return None
         if concurrency is not None and type(concurrency) is not int:
             raise TypeError(f"concurrency is {concurrency!r}")
         if per is not None and not isinstance(per, str):
             raise TypeError(f"per is {per!r}")
+        if rise is not None:
+            if not isinstance(rise, list) or len(rise) != 2:
+                raise TypeError(f"rise is {rise!r}"[:80])
+            rise = (number(rise[0]), number(rise[1]))
         rate = None if rate is None else number(rate)
-        return cls(rate=rate, concurrency=concurrency, per=per)
+        return cls(rate=rate, concurrency=concurrency, per=per, rise=rise)
 
 
 def format_rate(rate: float) -> str:
@@ -137,36 +183,39 @@ def lateness(rate: float) -> float:
 
 @dataclass(frozen=True)
 class Reservation:
-    """Start times reserved of a rate: ``count`` of them from ``first``, ``interval``
-    apart; with none, ``retry_at`` is when the run asked for fits (store times)."""
+    """Start times reserved of a rate (store times); with none, ``retry_at`` is when the
+    run asked for fits."""
 
-    first: float
-    count: int
-    interval: float
+    starts: tuple[float, ...]
     retry_at: float
     tat: float = -math.inf
     """The record's next start time after this (what a later ask must not find it behind)."""
     unknown: bool = False
     """The record is missing, and whether the store lost it needs ``kept``: ask again."""
 
+    @property
+    def count(self) -> int:
+        return len(self.starts)
+
     def times(self) -> list[float]:
-        return [self.first + i * self.interval for i in range(self.count)]
+        return list(self.starts)
 
 
 def reserve(
     record: Record | None,
     now: float,
     *,
-    interval: float,
+    limit: Limit,
     want: int,
     known: float = -math.inf,
     kept: float | None = -math.inf,
 ) -> Outcome[Record, Reservation]:
-    """Reserve ``want`` consecutive start times of a rate at store time ``now``, all or none.
+    """Reserve ``want`` consecutive start times of ``limit``'s rate at store time ``now``,
+    all or none (a rising rate's along its curve).
 
     They are granted when the last lies within :data:`HORIZON` of ``now``; otherwise
     nothing is, and the reservation says when they would fit. A record the store lost (it is
-    missing, or behind what this worker ``known`` of it) restarts an interval past every
+    missing, or behind what this worker ``known`` of it) restarts a start past every
     start time booked before the loss (:func:`lost_by`), written even when the run does not
     fit yet.
 
@@ -175,19 +224,20 @@ def reserve(
         kept: Store time since which the store kept its records (:func:`kept_since`);
             ``None``: not known yet, and asked for if the record is missing.
     """
-    stored = _tat(record)
+    stored = next_start(record)
     lost = lost_by(stored, now, known=known, kept=kept)
     if lost is None:
-        return Outcome(None, Reservation(now, 0, interval, now, tat=stored, unknown=True))
-    tat = max(stored, lost + HORIZON + interval)
+        return Outcome(None, Reservation((), now, tat=stored, unknown=True))
+    tat = max(stored, limit.after(lost + HORIZON, 1))
     first = max(tat, now)
-    last = first + (want - 1) * interval
+    last = limit.after(first, want - 1)
     if want < 1 or last > now + HORIZON:
         retry_at = max(now, last - HORIZON)
         restored = {"tat": tat} if tat > max(stored, now) else None
-        return Outcome(restored, Reservation(first, 0, interval, retry_at, tat=tat))
-    following = {"tat": first + want * interval}
-    return Outcome(following, Reservation(first, want, interval, now, tat=following["tat"]))
+        return Outcome(restored, Reservation((), retry_at, tat=tat))
+    starts = tuple(limit.after(first, i) if i else first for i in range(want))
+    following = {"tat": limit.after(first, want)}
+    return Outcome(following, Reservation(starts, now, tat=following["tat"]))
 
 
 def lost_by(stored: float, now: float, *, known: float, kept: float | None) -> float | None:
@@ -221,7 +271,8 @@ def run_length(rate: float, waiting: int) -> int:
     return max(1, min(waiting, math.ceil(rate * HORIZON / 4)))
 
 
-def _tat(record: Record | None) -> float:
+def next_start(record: Record | None) -> float:
+    """The next start time a rate's record holds (``-inf``: none)."""
     if record is None or "tat" not in record:
         return float("-inf")
     return number(record["tat"])
@@ -266,7 +317,7 @@ def renew_slots(
 def forget_rate(record: Record | None, now: float) -> Outcome[Record, bool]:
     """Delete a rate's record whose start times all passed (it then limits nothing a
     missing record would not): whether it was."""
-    if record is None or _tat(record) > now:
+    if record is None or next_start(record) > now:
         return Outcome(None, False)
     return Outcome({}, True)
 
@@ -294,88 +345,6 @@ def live_slots(record: Record | None, now: float) -> dict[str, float]:
     if not isinstance(slots, dict):
         raise TypeError(f"slots is {type(slots).__name__}")
     return {str(slot): expiry for slot, expiry in slots.items() if number(expiry) > now}
-
-
-@dataclass(frozen=True)
-class Usage:
-    """How much of one limit the cluster uses, as its store records say."""
-
-    running: int | None
-    """Slots of the concurrency taken (tasks running or about to), ``None`` without one;
-    of a limit per label, in every partition."""
-    booked: float | None
-    """Seconds of the rate's start times reserved ahead of now (0: the rate is not all used;
-    above 0: tasks queue for their turn), ``None`` without a rate; of a limit per label,
-    the most of any partition."""
-    partitions: int | None = None
-    """Of a limit per label: the label values in use (with a slot taken or a start booked)."""
-    busiest: tuple[tuple[str, int, float], ...] = ()
-    """Of a limit per label: the :data:`BUSIEST` partitions most in use, each as its label
-    value, slots taken and seconds booked ahead."""
-
-    @classmethod
-    def of(cls, limit: Limit, slots: Record | None, rate: Record | None, now: float) -> Usage:
-        running = None if limit.concurrency is None else len(live_slots(slots, now))
-        booked = None if limit.rate is None else max(0.0, _tat(rate) - now)
-        return cls(running=running, booked=booked)
-
-    @classmethod
-    def of_partitions(cls, limit: Limit, records: dict[str, Record], now: float) -> Usage:
-        """The use of a limit per label from the records of its partitions, keyed as they
-        follow :func:`records_prefix` (``<digest>:slots``, ``<digest>:rate``)."""
-        parts: dict[str, list[Any]] = {}
-        for key, record in records.items():
-            partition, _, kind = key.partition(":")
-            if kind not in ("slots", "rate"):
-                continue  # not a partition's record
-            part = parts.setdefault(partition, [str(record.get("of", "?")), 0, 0.0])
-            if kind == "slots":
-                part[1] = len(live_slots(record, now))
-            else:
-                part[2] = max(0.0, _tat(record) - now)
-        used = sorted((p for p in parts.values() if p[1] or p[2]), key=lambda p: (-p[1], -p[2]))
-        return cls(
-            running=None if limit.concurrency is None else sum(p[1] for p in used),
-            booked=None if limit.rate is None else max((p[2] for p in used), default=0.0),
-            partitions=len(used),
-            busiest=tuple((value, running, booked) for value, running, booked in used[:BUSIEST]),
-        )
-
-    def describe(self, limit: Limit) -> str:
-        """``2 of 3 running``, ``rate fully used`` or ``rate not fully used``; of a limit per
-        label, how many values use it and the busiest (``4 tenants in use, busiest: acme
-        2 running, …``)."""
-        if self.partitions is not None:
-            return self._describe_partitions(limit)
-        parts = []
-        if self.running is not None:
-            parts.append(f"{self.running} of {limit.concurrency} running")
-        if self.booked is not None:
-            parts.append("rate fully used" if self.booked > 0 else "rate not fully used")
-        return ", ".join(parts)
-
-    def _describe_partitions(self, limit: Limit) -> str:
-        head = f"{self.partitions} {limit.per} value{'s' if self.partitions != 1 else ''} in use"
-        if not self.busiest:
-            return head
-        shown = []
-        for value, running, booked in self.busiest:
-            use = [f"{running} running"] if limit.concurrency is not None else []
-            if limit.rate is not None:
-                use.append("rate fully used" if booked > 0 else "rate not fully used")
-            shown.append(f"{value!r} {', '.join(use)}")
-        return f"{head}, busiest: {'; '.join(shown)}"
-
-    def to_json(self) -> dict[str, Any]:
-        if self.partitions is None:
-            return {"running": self.running, "booked": self.booked}
-        busiest = [{"value": v, "running": r, "booked": b} for v, r, b in self.busiest]
-        return {
-            "running": self.running,
-            "booked": self.booked,
-            "partitions": self.partitions,
-            "busiest": busiest,
-        }
 
 
 def partition_id(hold_id: str, value: str) -> str:

@@ -55,8 +55,8 @@ class WorkerReport:
     reserved: int = 0
     """Tasks the worker received and has not finished: running, waiting for a pool slot,
     and held by its gate (Celery's reserved requests)."""
-    ramping: int = 0
-    """Requests let through by the pause that wait for a ramped resume's rate."""
+    waiting: int = 0
+    """Requests let through by the pause that wait for a limit's permit (a ramp's too)."""
     as_of: float = 0.0
     """Store time of the newest read of the state whose scope the worker applies: a hold
     that starts at ``t`` is applied once ``as_of >= t``."""
@@ -93,7 +93,7 @@ class WorkerReport:
         return PAUSING if self.running else PAUSED
 
     def status_json(self, generation: int) -> dict[str, Any]:
-        """This worker in the status document (schema 1), the state's generation being
+        """This worker in the status document (schema 2), the state's generation being
         ``generation``."""
         return {
             "hostname": self.hostname,
@@ -111,7 +111,7 @@ class WorkerReport:
             "active": self.active,
             "reserved": self.reserved,
             "held": self.held,
-            "ramping": self.ramping,
+            "waiting": self.waiting,
             "seen": self.seen,
             "pool": self.pool or None,
             "pause_guaranteed": self.guaranteed,
@@ -120,6 +120,12 @@ class WorkerReport:
             "silent": self.silent,
             "readded_queues": list(self.readded),
         }
+
+    def urgent(self) -> tuple[Any, ...]:
+        """What a new report must say at once when it changes (the rest waits for the
+        heartbeat): the generation, the tasks running in scope, held and waiting, and the
+        breakers served."""
+        return (self.generation, self.running, self.held, self.waiting, self.breakers)
 
     def _paused_json(self) -> list[str] | None:
         """:attr:`paused` in JSON: a list, ``None`` (``null``) when every queue is held."""
@@ -176,7 +182,7 @@ class WorkerReport:
                     _text(data.get("pool_problem", "")),
                     _whole(data.get("active", 0)),
                     _whole(data.get("reserved", 0)),
-                    _whole(data.get("ramping", 0)),
+                    _whole(data.get("waiting", data.get("ramping", 0))),  # earlier: ramping
                     _real(data.get("as_of", 0.0)),
                     0.0,
                     _texts(data.get("readded", [])),

@@ -47,7 +47,7 @@ def restore(
     """``known`` written back over ``stored`` at store time ``now`` if the store still
     forgot it (else no change, so racing workers restore once), and how it was restored.
 
-    The holds, skips and ramps are those known, less those over by ``now``; the
+    The holds (ramps too) and skips are those known, less those over by ``now``; the
     generation is above both, the epoch the one known (a fresh one for a document that
     predates epochs).
 
@@ -65,7 +65,6 @@ def restore(
         known.following(
             holds=known.live_holds(now),
             skips=tuple((name, until) for name, until in known.skips if until > now),
-            ramps=known.live_ramps(now),
         ),
         generation=max(known.generation, stored.generation) + 1,
         restored=restored,

@@ -22,7 +22,6 @@ from typing import Any
 from .formatting import clip, format_time
 from .jsonfields import number, optional_str, require_str
 from .limit import Limit
-from .ramp import Ramp
 from .scope import EVERYTHING, NOTHING, Scope, rule_from_json
 
 SCHEMA = 1
@@ -64,6 +63,11 @@ class Hold:
     def pauses(self) -> bool:
         """Whether the hold stops its scope (a limit only slows it)."""
         return self.limit is None
+
+    @property
+    def ramp(self) -> bool:
+        """Whether the hold is a ramped resume: a limit whose rate rises until it ends."""
+        return self.limit is not None and self.limit.rise is not None
 
     def live(self, now: float) -> bool:
         """Whether the hold is still in place (active or scheduled) at store time ``now``."""
@@ -197,8 +201,6 @@ class PauseState:
     holds: tuple[Hold, ...] = ()
     skips: tuple[tuple[str, float], ...] = ()
     """``(window name, store time)``: that window's occurrences starting before it are skipped."""
-    ramps: tuple[Ramp, ...] = ()
-    """Ramped resumes, some perhaps over (see :meth:`live_ramps`)."""
     epoch: str = ""
     """Shared by every generation since the state was first written from nothing; empty
     when nothing is stored (or the document predates epochs)."""
@@ -254,25 +256,27 @@ class PauseState:
         expiry = self.next_expiry(now)
         return min([t for t in times if t is not None] + ([expiry] if expiry else []), default=None)
 
-    def live_ramps(self, now: float) -> tuple[Ramp, ...]:
-        """The ramps that still limit at ``now``."""
-        return tuple(ramp for ramp in self.ramps if ramp.live(now))
+    def live_ramps(self, now: float) -> tuple[Hold, ...]:
+        """The ramped resumes still in force at ``now``."""
+        return tuple(hold for hold in self.live_holds(now) if hold.ramp)
 
-    def with_ramp(self, ramp: Ramp, now: float) -> PauseState:
-        """The same generation with ``ramp`` added, replacing the ramps over by ``now`` and
-        those whose scope it contains (call it on a state that is already the next one)."""
+    def with_ramps(self, ramps: Iterable[Hold], now: float) -> PauseState:
+        """The same generation with the holds ``ramps`` added, replacing the holds over by
+        ``now`` and the ramps whose scope one of them contains (call it on a state that is
+        already the next one)."""
+        ramps = tuple(ramps)
         kept = (
-            r
-            for r in self.live_ramps(now)
-            if not all(
-                any(new.contains(rule) for new in ramp.scope.rules) for rule in r.scope.rules
-            )
+            h
+            for h in self.live_holds(now)
+            if not (h.ramp and any(r.scope.rule.contains(h.scope.rule) for r in ramps))
         )
-        return replace(self, ramps=(*kept, ramp))
+        return replace(self, holds=(*kept, *ramps))
 
     def without_ramps(self, source: str) -> PauseState:
         """The same generation without the ramps ``source`` started."""
-        return replace(self, ramps=tuple(r for r in self.ramps if r.source != source))
+        return replace(
+            self, holds=tuple(h for h in self.holds if not (h.ramp and h.source == source))
+        )
 
     def skipped_until(self, window: str) -> float | None:
         """Until when the occurrences of ``window`` are skipped, if an operator skipped one."""
@@ -301,8 +305,6 @@ class PauseState:
             doc["restored"] = self.restored.to_json()
         if self.skips:
             doc["skips"] = dict(self.skips)
-        if self.ramps:
-            doc["ramps"] = [ramp.to_json() for ramp in self.ramps]
         return json.dumps(doc, separators=(",", ":")).encode()
 
     @classmethod
@@ -322,7 +324,7 @@ class PauseState:
                 raise ValueError(f"generation is {generation!r}")
             holds = _list(doc["holds"], "holds")
             skips = _skips(doc.get("skips", {}))
-            ramps = tuple(Ramp.from_json(ramp) for ramp in _list(doc.get("ramps", []), "ramps"))
+            ramps = [h for ramp in _list(doc.get("ramps", []), "ramps") for h in _ramp(ramp)]
             epoch = require_str(doc.get("epoch", ""))
             restored = doc.get("restored")
             restored = None if restored is None else Restored.from_json(restored)
@@ -338,9 +340,8 @@ class PauseState:
             return cls(generation=0, holds=(unreadable_hold(detail),))
         return cls(
             generation=generation,
-            holds=tuple(Hold.from_json(h) for h in holds),
+            holds=(*(Hold.from_json(h) for h in holds), *ramps),
             skips=skips,
-            ramps=ramps,
             epoch=epoch,
             restored=restored,
         )
@@ -351,6 +352,30 @@ def _skips(value: Any) -> tuple[tuple[str, float], ...]:
     if not isinstance(value, dict):
         raise TypeError(f"skips is {type(value).__name__}")
     return tuple(sorted((require_str(name), number(until)) for name, until in value.items()))
+
+
+def _ramp(data: Any) -> list[Hold]:
+    """A ramped resume as earlier releases stored it (``ramps``, beside the holds): a hold
+    of a rising rate for each rule of its scope; ``ValueError`` or ``TypeError`` if it is
+    not one."""
+    rules = data["scope"]
+    if not isinstance(rules, list) or not rules:
+        raise ValueError(f"ramp scope is {rules!r}"[:80])
+    start, duration = number(data["start"]), number(data["duration"])
+    limit = Limit(rate=number(data["peak"]), rise=(start, duration))
+    ramp_id = require_str(data["id"])
+    return [
+        Hold(
+            scope=Scope(frozenset({rule_from_json(rule)})),
+            source=require_str(data["source"]),
+            paused_by=optional_str(data.get("by")),
+            paused_at=start,
+            resume_at=start + duration,
+            id=ramp_id if i == 0 else f"{ramp_id}-{i}",
+            limit=limit,
+        )
+        for i, rule in enumerate(rules)
+    ]
 
 
 def _list(value: Any, name: str) -> list[Any]:

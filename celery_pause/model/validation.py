@@ -14,15 +14,12 @@ from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from ..errors import InvalidInput
-from .limit import MAX_CONCURRENCY, MAX_RATE, Limit, format_rate
-from .ramp import MAX_RAMP
+from .coercion import MAX_DURATION, UNITS
+from .limit import MAX_CONCURRENCY, MAX_RATE, MAX_RISE, Limit, format_rate
 from .scope import DIMENSIONS, Dimension, Scope
 from .state import BEAT_POLICIES
 
-UNITS = {"d": 86400, "h": 3600, "m": 60, "s": 1}
-DURATION = re.compile(r"(\d+(?:\.\d+)?)([dhms])")
 RATE = re.compile(r"\s*(\d+(?:\.\d*)?|\.\d+)\s*(?:/\s*([smh]))?\s*\Z")
-MAX_DURATION = timedelta(days=366)
 LATEST = datetime(9999, 12, 31, 23, 59, 59, tzinfo=timezone.utc).timestamp()
 """The latest store time accepted for a resume or a start: the last second a date can show."""
 MAX_NAMES = 100
@@ -34,43 +31,6 @@ LabelValue = str | int
 Labels = Mapping[str, LabelValue | Sequence[LabelValue]] | Iterable[str] | str | None
 """Labels as a caller gives them: ``NAME=VALUE`` texts (``["tenant=acme"]``), or a mapping
 of each name to a value or pattern, or to a list or tuple of them (:func:`label_texts`)."""
-
-
-def parse_duration(text: str) -> timedelta:
-    """``90s``, ``30m``, ``2h``, ``1h30m``, ``1d`` or plain seconds (``45``, ``2.5``)."""
-    value = text.strip().lower()
-    try:
-        seconds = float(value)
-    except ValueError:
-        parts = DURATION.findall(value)
-        if not parts or "".join(n + u for n, u in parts) != value:
-            raise InvalidInput(
-                f"not a duration: {text[:40]!r} (use e.g. 90s, 30m, 2h, 1h30m or seconds)"
-            ) from None
-        seconds = sum(float(number) * UNITS[unit] for number, unit in parts)
-    duration = timedelta(seconds=seconds) if 0 < seconds <= MAX_DURATION.total_seconds() else None
-    if not duration:  # out of range, NaN, or too small to count (under a microsecond)
-        raise InvalidInput(f"duration must be positive and at most 366 days: {text[:40]!r}")
-    return duration
-
-
-def parse_datetime(text: str) -> datetime:
-    """ISO 8601; without a zone it is the local time of this machine."""
-    value = text.strip()
-    if value.endswith(("Z", "z")):
-        value = value[:-1] + "+00:00"
-    try:
-        moment = datetime.fromisoformat(value)
-    except ValueError:
-        raise InvalidInput(
-            f"not an ISO 8601 date-time: {text[:40]!r} (e.g. 2026-01-28T14:00 or …T14:00Z)"
-        ) from None
-    if moment.tzinfo:
-        return moment
-    try:
-        return moment.astimezone()
-    except (OverflowError, ValueError, OSError):
-        raise InvalidInput(f"date-time out of range: {text[:40]!r} (add a zone, e.g. …Z)") from None
 
 
 def check_queues(queues: Iterable[str] | str | None) -> list[str] | None:
@@ -164,14 +124,15 @@ def check_reason(reason: str | None) -> str | None:
     return reason
 
 
-def check_operator(paused_by: str | None) -> str | None:
-    if paused_by is not None and not isinstance(paused_by, str):
-        raise InvalidInput(f"paused_by must be a string, got {type(paused_by).__name__}")
-    if paused_by is not None and len(paused_by) > MAX_OPERATOR:
-        raise InvalidInput(f"paused_by longer than {MAX_OPERATOR} characters ({len(paused_by)})")
-    if paused_by is not None and not paused_by.isprintable():
-        raise InvalidInput(f"paused_by must be printable, got {ascii(paused_by)[:80]}")
-    return paused_by
+def check_operator(by: str | None) -> str | None:
+    """Who acts (``by``), a printable string of at most :data:`MAX_OPERATOR` characters."""
+    if by is not None and not isinstance(by, str):
+        raise InvalidInput(f"by must be a string, got {type(by).__name__}")
+    if by is not None and len(by) > MAX_OPERATOR:
+        raise InvalidInput(f"by longer than {MAX_OPERATOR} characters ({len(by)})")
+    if by is not None and not by.isprintable():
+        raise InvalidInput(f"by must be printable, got {ascii(by)[:80]}")
+    return by
 
 
 def check_resume(
@@ -246,7 +207,7 @@ def check_ramp(ramp: timedelta | float | None) -> float | None:
     if ramp is None:
         return None
     seconds = ramp.total_seconds() if isinstance(ramp, timedelta) else _seconds(ramp, "ramp")
-    if not (0 < seconds <= MAX_RAMP):
+    if not (0 < seconds <= MAX_RISE):
         raise InvalidInput(f"ramp must be positive and at most a day (86400 s), got {seconds:g} s")
     return seconds
 

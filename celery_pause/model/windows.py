@@ -29,12 +29,13 @@ from typing import Any
 from celery import Celery
 
 from ..errors import InvalidInput, InvalidWindow
+from .coercion import parse_duration
 from .formatting import format_time
 from .limit import Limit
 from .recurrence import as_schedule, next_start, starts
 from .scope import NAMES, Scope
 from .state import BEAT_POLICIES, BEAT_QUEUE, WINDOW_PREFIX, Hold, PauseState
-from .validation import check_limit, check_reason, check_scope, parse_duration
+from .validation import check_limit, check_reason, check_scope
 
 NAME = re.compile(r"[A-Za-z0-9_.-]{1,64}\Z")
 KEYS = frozenset(

@@ -6,44 +6,30 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
-from ..model.ramp import Ramp
 from ..model.scope import Scope, Target
 from ..model.state import BREAKER_PREFIX, Hold
-from ..worker.figures import GateCounters
 from ..worker.snapshot import NOT_APPLIED, WorkerSnapshot
 
 
 @dataclass(frozen=True)
 class WorkerView:
-    """A consistent picture of one worker's pause, taken at store time ``now`` (as estimated)."""
+    """A consistent picture of one worker's pause, taken at store time ``now`` (as estimated):
+    its :attr:`snapshot`, and what the monitor adds."""
 
-    hostname: str
+    snapshot: WorkerSnapshot
     now: float
     connected: bool
-    applied: bool
-    generation: int
-    scope: Scope
-    consumed: tuple[str, ...]
-    holds: tuple[Hold, ...]
-    scheduled: tuple[Hold, ...]
-    """Holds that start later, as the worker last read them (windows' next occurrences too)."""
-    since: float | None
-    held: int
-    counters: GateCounters
-    held_by_task: dict[str, int]
+    """Whether the consumer is connected to the broker."""
     transitions: dict[str, int]
+    """Changes applied so far, to ``pause`` and to ``resume``."""
     breakers: dict[str, bool]
-    store_ok: bool
+    """Every breaker whose hold this worker applied once: whether its hold is live."""
     loop_idle: float
+    """Seconds since the consumer loop last ran the monitor's timer."""
     busy: bool
-    pool: str = ""
-    """The worker's execution pool."""
-    pool_problem: str = ""
-    """Why the pause cannot be guaranteed on that pool; empty when it can."""
-    ramps: tuple[Ramp, ...] = ()
-    """The ramped resumes in force on this worker."""
-    ramping: int = 0
-    """Requests waiting for a ramp's rate."""
+    """Whether a task runs."""
+    since: float | None = None
+    """When the worker paused, while it does."""
 
     @classmethod
     def of(
@@ -62,44 +48,56 @@ class WorkerView:
 
         Parameters:
             now: The store time it is taken at (as the worker estimates it).
-            connected: Whether the consumer is connected to the broker.
-            transitions: Changes applied so far, to ``pause`` and to ``resume``.
             breakers_seen: Every breaker whose hold this worker applied once.
             paused_at: When the worker paused, if no live hold says when.
-            loop_idle: Seconds since the consumer loop last ran the monitor's timer.
-            busy: Whether a task runs.
         """
-        applied = snapshot.applied or NOT_APPLIED
-        holds = tuple(h for h in snapshot.holds if h.live(now))
-        open_breakers = breakers_in(holds)
+        live = breakers_in(tuple(h for h in snapshot.holds if h.live(now)))
         view = cls(
-            hostname=snapshot.hostname,
+            snapshot=snapshot,
             now=now,
             connected=connected,
-            applied=snapshot.applied is not None,
-            generation=applied.generation,
-            scope=applied.scope,
-            consumed=snapshot.consumed,
-            holds=holds,
-            scheduled=snapshot.scheduled,
-            since=None,
-            held=snapshot.gate.held,
-            counters=snapshot.gate.counters,
-            held_by_task=dict(snapshot.gate.held_by_task),
             transitions=dict(transitions),
-            breakers={n: n in open_breakers for n in sorted(breakers_seen | open_breakers)},
-            store_ok=snapshot.store_ok,
+            breakers={n: n in live for n in sorted(breakers_seen | live)},
             loop_idle=loop_idle,
             busy=busy,
-            pool=snapshot.pool.name,
-            pool_problem=snapshot.pool.problem,
-            ramps=tuple(r for r in snapshot.ramps if r.live(now)),
-            ramping=snapshot.gate.waiting,
         )
         if not view.paused:
             return view
         starts = [h.began for h in view.relevant_holds() if h.began]
         return replace(view, since=min(starts) if starts else paused_at)
+
+    @property
+    def hostname(self) -> str:
+        return self.snapshot.hostname
+
+    @property
+    def applied(self) -> bool:
+        """Whether the consumer loop applied a state yet."""
+        return self.snapshot.applied is not None
+
+    @property
+    def generation(self) -> int:
+        return (self.snapshot.applied or NOT_APPLIED).generation
+
+    @property
+    def scope(self) -> Scope:
+        """What the worker applied."""
+        return (self.snapshot.applied or NOT_APPLIED).scope
+
+    @property
+    def consumed(self) -> tuple[str, ...]:
+        """The queues the worker consumes (empty before it started)."""
+        return self.snapshot.consumed
+
+    @property
+    def holds(self) -> tuple[Hold, ...]:
+        """The live holds, but ramps."""
+        return tuple(h for h in self.snapshot.holds if h.live(self.now) and not h.ramp)
+
+    @property
+    def ramps(self) -> tuple[Hold, ...]:
+        """The ramped resumes in force on this worker."""
+        return tuple(h for h in self.snapshot.holds if h.live(self.now) and h.ramp)
 
     @property
     def paused_queues(self) -> tuple[str, ...]:
@@ -155,8 +153,12 @@ class Observed(Protocol):
 
 
 def breakers_in(holds: tuple[Hold, ...]) -> set[str]:
-    """Names of the circuit breakers that own any of ``holds``."""
-    return {h.source[len(BREAKER_PREFIX) :] for h in holds if h.source.startswith(BREAKER_PREFIX)}
+    """Names of the circuit breakers that own any of ``holds`` (their ramps not counted)."""
+    return {
+        h.source[len(BREAKER_PREFIX) :]
+        for h in holds
+        if h.source.startswith(BREAKER_PREFIX) and not h.ramp
+    }
 
 
 def _unique(values: Any) -> str:

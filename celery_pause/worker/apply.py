@@ -40,7 +40,7 @@ from .pools import (
     support_for,
     take_waiters,
 )
-from .snapshot import UNREAD, Applied, Delivered, WorkerSnapshot
+from .snapshot import UNREAD, Applied, Delivered
 from .state import StoreClock, WorkerState
 from .sync import StoreSync
 
@@ -100,7 +100,6 @@ class ApplyStep(bootsteps.StartStopStep):
             listening=lambda: listening(c),
             lease=self.config.lease,
         )
-        self.sync = StoreSync(store=self.store, config=self.config, worker=self)
         self.limits = LimitKeeper(
             store=self.store,
             hostname=c.hostname,
@@ -108,6 +107,15 @@ class ApplyStep(bootsteps.StartStopStep):
             ttl=self.config.worker_ttl,
             pump=self.pump,
             pool_size=getattr(c.controller, "concurrency", None) or 1,
+        )
+        pacing = self.gate.pacing
+        self.sync = StoreSync(
+            store=self.store,
+            config=self.config,
+            worker=self,
+            state=self.state,
+            renew=self.gate.renew,
+            pace=lambda: self.limits.pace(pacing.all_permits(), pacing.take_retired()),
         )
         c.pause_state = self.state
         c.pause_gate = self.gate
@@ -186,11 +194,7 @@ class ApplyStep(bootsteps.StartStopStep):
         except Exception as exc:
             logger.warning("celery-pause: could not deregister %s: %s", c.hostname, exc)
 
-    # -- the worker, as the store thread sees it (``sync.Followed``) ----------------------
-    def snapshot(self) -> WorkerSnapshot:
-        """What the worker has applied and read, and what its gate holds, now."""
-        return self.state.snapshot()
-
+    # -- the consumer loop, as the store thread hands it work (``sync.Followed``) ---------
     def deliver(self, snapshot: Snapshot) -> None:
         """From the sync thread: close the gate at once, apply the rest on the loop.
 
@@ -217,7 +221,7 @@ class ApplyStep(bootsteps.StartStopStep):
             # Greenlets switch only where they block, and nothing between the gate's
             # check and its hold blocks: the gate opens here as safely as on the loop,
             # and the report can say so before the loop matches the consumers.
-            self.gate.hold_to(scope, self.state.ramps, delivered.applied.limits)
+            self.gate.hold_to(scope, delivered.applied.limits)
             if self.gate.held_requests():
                 release = threading.Thread(target=self._release, name="celery-pause-release")
                 release.daemon = True
@@ -225,14 +229,6 @@ class ApplyStep(bootsteps.StartStopStep):
         elif scope:
             self.gate.close(scope)
         self.consumer.call_soon(self._apply_latest)
-
-    def store_failed(self) -> None:
-        """From the sync thread: a read or a report failed."""
-        self.state.store_failed()
-
-    def renew(self, until: float) -> None:
-        """From the sync thread: a read worked; the gate applies it until ``until``."""
-        self.gate.renew(until)
 
     def fence(self) -> None:
         """From any thread: the lease ran out; hold every task until a read works."""
@@ -268,12 +264,6 @@ class ApplyStep(bootsteps.StartStopStep):
         else:
             self.consumer.call_soon(self._pump)
 
-    def pace(self) -> float | None:
-        """From the sync thread: earn the permits the ramps' and limits' waiting requests
-        need."""
-        pacing = self.gate.pacing
-        return self.limits.pace(pacing.all_permits(), pacing.take_retired())
-
     def _wake(self) -> None:
         self.sync.publish_now()
 
@@ -303,7 +293,7 @@ class ApplyStep(bootsteps.StartStopStep):
         scope = applied.scope
         last = self.state.applied
         previous = last.scope if last else NOTHING
-        self.gate.hold_to(applied.holding, self.state.ramps, applied.limits)
+        self.gate.hold_to(applied.holding, applied.limits)
         self._match_consumers(applied.holding)
         semaphore = getattr(c.controller, "semaphore", None)
         if semaphore is not None:

@@ -16,10 +16,9 @@ change under one lock, so a task either starts before a pause closes the gate
 (and is reported running) or is held. (On gevent and eventlet, where greenlets
 switch only where they block, an open gate's check takes no lock.)
 
-While a ramped resume runs (:mod:`celery_pause.model.ramp`) or a limit is in force
-(:mod:`celery_pause.model.limit`), a request of its scope waits in the gate until the worker's
-share of the ramp, or a permit of the limit, lets it start (:mod:`~celery_pause.limits.pacing`,
-:meth:`Gate.pump`); requests no ramp or limit covers pass at once.
+While a limit is in force (:mod:`celery_pause.model.limit`; a ramped resume is one whose rate
+rises), a request of its scope waits in the gate until a permit of the limit lets it start
+(:mod:`~celery_pause.limits.pacing`, :meth:`Gate.pump`); requests no limit covers pass at once.
 """
 
 from __future__ import annotations
@@ -39,7 +38,6 @@ from celery.worker.request import Request
 
 from ..limits.pacing import Pacing
 from ..model.content import text_of
-from ..model.ramp import Ramp
 from ..model.scope import EVERYTHING, NOTHING, Scope, label_names
 from ..model.state import Hold
 from .broker import follow_master
@@ -123,19 +121,17 @@ class Gate:
         """What the gate holds."""
         return self._scope
 
-    def hold_to(
-        self, scope: Scope, ramps: Iterable[Ramp] = (), limits: Iterable[Hold] = ()
-    ) -> None:
-        """Hold exactly ``scope`` from now on, and pace the starts of ``ramps`` and
-        ``limits`` (on the consumer loop; on green pools also the store greenlet)."""
-        ramps, limits = tuple(ramps), tuple(limits)
-        paced = [ramp.scope for ramp in ramps] + [hold.scope for hold in limits]
+    def hold_to(self, scope: Scope, limits: Iterable[Hold] = ()) -> None:
+        """Hold exactly ``scope`` from now on, and pace the starts of ``limits`` (ramps
+        too; on the consumer loop, on green pools also the store greenlet)."""
+        limits = tuple(limits)
+        paced = [hold.scope for hold in limits]
         per = {hold.limit.per for hold in limits if hold.limit is not None and hold.limit.per}
         with self._lock:
             self._scope = scope
             listed = set().union(*map(label_names, [scope, *paced]))
             self.target.names = tuple(sorted(listed | per))
-        self.pacing.pace(ramps, limits)
+        self.pacing.pace(limits)
 
     def close(self, scope: Scope) -> None:
         """Also hold ``scope`` from now on (from any thread: only the loop opens the gate)."""

@@ -11,7 +11,6 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
-from ..model.ramp import Ramp
 from ..model.report import APPLIED, STARTING, WorkerReport
 from ..model.scope import EVERYTHING, NOTHING, Scope, Target
 from ..model.state import Hold
@@ -67,8 +66,6 @@ class WorkerSnapshot:
     """The active holds, as last read."""
     scheduled: tuple[Hold, ...]
     """The holds that start later (with the windows' next occurrences), as last read."""
-    ramps: tuple[Ramp, ...]
-    """The ramped resumes in force on this worker, as last read."""
     as_of: float
     """Store time of the newest read whose scope is applied (see ``WorkerReport.as_of``)."""
     breakers: tuple[str, ...]
@@ -131,7 +128,7 @@ class WorkerSnapshot:
             held=self.gate.held,
             active=self.active,
             reserved=self.reserved,
-            ramping=self.gate.waiting,
+            waiting=self.gate.waiting,
             seen=seen,
             breakers=self.breakers,
             pool=self.pool.name,

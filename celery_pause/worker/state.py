@@ -15,7 +15,6 @@ from collections.abc import Callable, Iterable
 
 from celery.worker import state as worker_state
 
-from ..model.ramp import Ramp
 from ..model.scope import NOTHING, Scope
 from ..model.state import Hold, PauseState
 from .gate import Gate
@@ -74,7 +73,6 @@ class WorkerState:
         self._newest: Delivered | None = None
         self._holds: tuple[Hold, ...] = ()
         self._scheduled: tuple[Hold, ...] = ()
-        self._ramps: tuple[Ramp, ...] = ()
         self._as_of = 0.0
         self._breakers: tuple[str, ...] = ()
         self._consumed: tuple[str, ...] = ()
@@ -94,11 +92,6 @@ class WorkerState:
     def holds(self) -> tuple[Hold, ...]:
         """The active holds, as last read."""
         return self._holds
-
-    @property
-    def ramps(self) -> tuple[Ramp, ...]:
-        """The ramped resumes in force on this worker, as last read."""
-        return self._ramps
 
     @property
     def consumed(self) -> tuple[str, ...]:
@@ -189,12 +182,10 @@ class WorkerState:
             self._store_ok = False
 
     def _read(self, state: PauseState, now: float) -> None:
-        """Keep what every read brings: the state, the clock, the scheduled holds and the
-        ramps."""
+        """Keep what every read brings: the state, the clock, the scheduled holds."""
         self._last = (state, now)
         self.clock.read_at(now)
         self._scheduled = state.scheduled_holds(now)
-        self._ramps = tuple(r for r in state.live_ramps(now) if r.scope.for_worker(self.hostname))
         self._store_ok = True
 
     # -- from the consumer loop -------------------------------------------------------------
@@ -238,7 +229,7 @@ class WorkerState:
         with self._lock:
             applied, newest = self._applied, self._newest
             enforced = newest.applied if self.pool.greenlets and newest is not None else applied
-            holds, scheduled, ramps = self._holds, self._scheduled, self._ramps
+            holds, scheduled = self._holds, self._scheduled
             as_of, breakers, consumed = self._as_of, self._breakers, self._consumed
             store_ok = self._store_ok
         paused = any(a is not None and a.scope for a in (applied, enforced))
@@ -249,7 +240,6 @@ class WorkerState:
             enforced=enforced,
             holds=holds,
             scheduled=scheduled,
-            ramps=ramps,
             as_of=as_of,
             breakers=breakers,
             consumed=consumed,

@@ -25,12 +25,11 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, replace
-from typing import Protocol
+from dataclasses import replace
+from typing import Any, Protocol
 
 from ..errors import StoreError
 from ..logs import ThrottledLog
-from ..model.scope import Scope
 from ..model.windows import with_windows
 from ..settings import PauseConfig
 from ..stores import Snapshot, Store
@@ -44,19 +43,10 @@ DRAIN_CHECK = 0.02
 
 
 class Followed(Protocol):
-    """The worker, as its store thread sees it."""
-
-    def snapshot(self) -> WorkerSnapshot:
-        """What the worker has applied and read, and what its gate holds, now."""
+    """The worker's consumer loop, as its store thread hands it work."""
 
     def deliver(self, snapshot: Snapshot) -> None:
         """Apply the state read (with the windows in force)."""
-
-    def store_failed(self) -> None:
-        """A read or a report failed: the worker keeps the last known state."""
-
-    def renew(self, until: float) -> None:
-        """A read worked: what it read holds until ``time.monotonic()`` reaches ``until``."""
 
     def fence(self) -> None:
         """The lease ran out: hold every task until a read works again."""
@@ -64,45 +54,59 @@ class Followed(Protocol):
     def return_expired(self) -> None:
         """Have the requests held longer than ``pause_max_hold`` returned to the broker."""
 
-    def pace(self) -> float | None:
-        """Earn the permits the ramps' and limits' waiting requests need (store I/O), and
-        have what they allow started; seconds until it is worth calling again (``None``:
-        when something changes)."""
 
+class Pictured(Protocol):
+    """The worker's state, as its store thread reads and marks it."""
 
-@dataclass(frozen=True)
-class Published:
-    """What the last report said that a new one must say at once when it changes."""
+    def snapshot(self) -> WorkerSnapshot:
+        """What the worker has applied and read, and what its gate holds, now."""
 
-    generation: int
-    scope: Scope
-    running: tuple[str, ...]
-    held: int
-    ramping: int
-    breakers: tuple[str, ...]
+    def store_failed(self) -> None:
+        """A read or a report failed: the worker keeps the last known state."""
 
 
 class StoreSync(threading.Thread):
     """Keeps one worker in step with the store."""
 
-    def __init__(self, *, store: Store, config: PauseConfig, worker: Followed) -> None:
+    def __init__(
+        self,
+        *,
+        store: Store,
+        config: PauseConfig,
+        worker: Followed,
+        state: Pictured,
+        renew: Callable[[float], None],
+        pace: Callable[[], float | None],
+    ) -> None:
         """A store thread for ``worker``, not started yet.
 
         Parameters:
             store: The pause store.
             config: The app's pause settings.
-            worker: The worker it keeps in step.
+            worker: The worker's consumer loop, which applies what is read.
+            state: The worker's state: what it reports.
+            renew: The gate's lease: a read worked, and what it read holds until
+                ``time.monotonic()`` reaches the time given.
+            pace: The limits' store work: earns the permits the waiting requests need and
+                has what they allow started; seconds until it is worth calling again
+                (``None``: when something changes).
         """
         super().__init__(name="celery-pause-sync", daemon=True)
         self.store = store
         self.config = config
         self.worker = worker
+        self.state = state
+        self._renew_gate = renew
+        self._pace = pace
         self._wake = threading.Event()
         self._stopping = threading.Event()
         self._read_requested = True
         self._read_by = float("inf")
         """``time.monotonic()`` of a read asked for ahead (:meth:`read_at`)."""
-        self._published: Published | None = None
+        self._published: tuple[Any, ...] | None = None
+        """What the last report said that a new one must say at once when it changes."""
+        self._reported_running = False
+        """Whether the last report named tasks running in scope."""
         self._next_heartbeat = 0.0
         self._errors = ThrottledLog(logger)
         self._failing = False
@@ -112,9 +116,7 @@ class StoreSync(threading.Thread):
         self._change_local = 0.0
         self._lease_end = float("inf")
         """``time.monotonic()`` when the worker fences itself unless a read works first."""
-        self.recall = Recall(
-            store=store, config=config, hostname=lambda: worker.snapshot().hostname
-        )
+        self.recall = Recall(store=store, config=config, hostname=lambda: state.snapshot().hostname)
         self._unlisten: Callable[[], None] | None = None
 
     # -- called from other threads ------------------------------------------------
@@ -152,7 +154,7 @@ class StoreSync(threading.Thread):
         """Register as starting, then read the state; ``None`` if the store is unreachable."""
         try:
             self.store.put_worker(
-                self.worker.snapshot().report(seen=self.store.now(), starting=True)
+                self.state.snapshot().report(seen=self.store.now(), starting=True)
             )
             return self._fetch()
         except StoreError as exc:
@@ -174,11 +176,11 @@ class StoreSync(threading.Thread):
                 if time.monotonic() >= self._lease_end:
                     self._lease_end = float("inf")
                     self.worker.fence()
-                self._publish(self.worker.snapshot())
-                snapshot = self.worker.snapshot()
+                self._publish(self.state.snapshot())
+                snapshot = self.state.snapshot()
                 self._maybe_return_expired(snapshot)
                 timeout = self._timeout(snapshot, next_read)
-                paced = self.worker.pace()
+                paced = self._pace()
                 if paced is not None:
                     timeout = min(timeout, paced)
             except Exception:
@@ -224,7 +226,7 @@ class StoreSync(threading.Thread):
         """A read that started at ``started`` worked: renew the lease from then."""
         if self.config.lease is not None:
             self._lease_end = started + self.config.lease
-            self.worker.renew(self._lease_end)
+            self._renew_gate(self._lease_end)
 
     def _read_interval(self) -> float:
         interval = self.config.poll_interval
@@ -238,7 +240,7 @@ class StoreSync(threading.Thread):
         enforced = snapshot.enforced
         # Also while the last report still names running tasks: they may have ended
         # while it was being written, and the next report must say so at once.
-        reported_running = self._published is not None and bool(self._published.running)
+        reported_running = self._reported_running
         if enforced is not None and (reported_running or snapshot.running(enforced.scope)):
             timeout = min(timeout, DRAIN_CHECK)
         oldest = snapshot.gate.oldest
@@ -251,14 +253,7 @@ class StoreSync(threading.Thread):
         if enforced is None:
             return
         report = snapshot.report(seen=0.0)
-        key = Published(
-            report.generation,
-            enforced.scope,
-            report.running,
-            report.held,
-            report.ramping,
-            report.breakers,
-        )
+        key = (enforced.scope, *report.urgent())
         if key == self._published and time.monotonic() < self._next_heartbeat:
             return
         try:
@@ -267,6 +262,7 @@ class StoreSync(threading.Thread):
             self._log_store_error(exc)
             return
         self._published = key
+        self._reported_running = bool(report.running)
         self._next_heartbeat = time.monotonic() + self.config.worker_ttl / 3
 
     def _maybe_return_expired(self, snapshot: WorkerSnapshot) -> None:
@@ -276,5 +272,5 @@ class StoreSync(threading.Thread):
 
     def _log_store_error(self, exc: StoreError) -> None:
         self._failing = True
-        self.worker.store_failed()
+        self.state.store_failed()
         self._errors.error("celery-pause: %s; keeping the last known pause state, retrying", exc)

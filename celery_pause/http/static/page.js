@@ -116,7 +116,7 @@ function render(doc) {
   ]));
   fill("workers", doc.workers.map((w) => [
     w.hostname, w.state, w.generation, scope(w.paused_queues), w.running.length, w.held,
-    w.ramping, (w.readded_queues || []).join(", ") || "—",
+    w.waiting, (w.readded_queues || []).join(", ") || "—",
     Math.max(0, doc.now - w.seen).toFixed(1) + "s ago",
   ]));
   fill("queues", doc.queues.map((q) => [
@@ -186,7 +186,7 @@ async function submit(event, path) {
       ? " Still held by " + doc.remaining.map((h) => h.source).join(", ") + "."
       : " The queues flow again.";
     const cancelled = doc.cancelled.length ? " Cancelled " + doc.cancelled.length + "." : "";
-    const ramp = doc.ramp ? " Ramping up until " + when(doc.ramp.end) + "." : "";
+    const ramp = doc.ramps.length ? " Ramping up until " + when(doc.ramps[0].end) + "." : "";
     say("Removed " + doc.removed.length + " hold(s)." + cancelled + rest + ramp, "ok");
     form.reset();
   }

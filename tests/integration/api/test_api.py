@@ -22,7 +22,7 @@ def race_to_pause(app: Celery, queue: str) -> list[object]:
     def operator(name: str) -> None:
         barrier.wait()
         try:
-            outcomes.append(celery_pause.pause(app, paused_by=name, queues=[queue]))
+            outcomes.append(celery_pause.pause(app, by=name, queues=[queue]))
         except AlreadyPaused as exc:
             outcomes.append(exc)
 
@@ -52,14 +52,14 @@ def test_two_clients_pausing_at_once_one_wins(store_cluster: Cluster) -> None:
 
 def test_already_paused_names_who_when_why_and_force_replaces(store_cluster: Cluster) -> None:
     app = store_cluster.app
-    celery_pause.pause(app, paused_by="alice@ops", reason="Deploying v2.0")
+    celery_pause.pause(app, by="alice@ops", reason="Deploying v2.0")
 
     with pytest.raises(AlreadyPaused) as refused:
-        celery_pause.pause(app, paused_by="bob@ops", queues=["emails"])
+        celery_pause.pause(app, by="bob@ops", queues=["emails"])
     message = str(refused.value)
     assert "alice@ops" in message and "Deploying v2.0" in message and "force" in message
 
-    result = celery_pause.pause(app, paused_by="bob@ops", reason="mine now", force=True)
+    result = celery_pause.pause(app, by="bob@ops", reason="mine now", force=True)
     assert [h.paused_by for h in result.replaced] == ["alice@ops"]
     assert [h.paused_by for h in celery_pause.status(app).holds] == ["bob@ops"]
 
@@ -84,7 +84,7 @@ def test_resume_some_queues_narrows_a_hold(store_cluster: Cluster) -> None:
 def test_resume_of_one_queue_out_of_an_all_queues_hold_is_refused(store_cluster: Cluster) -> None:
     # Given a manual hold on every queue
     app = store_cluster.app
-    celery_pause.pause(app, paused_by="alice")
+    celery_pause.pause(app, by="alice")
     generation = celery_pause.status(app).state.generation
 
     # When one queue is resumed out of it, Then that is refused, saying what to do instead

@@ -19,11 +19,11 @@ from hypothesis import strategies as st
 import celery_pause
 from celery_pause.errors import InvalidInput
 from celery_pause.model import validation
+from celery_pause.model.coercion import MAX_DURATION, parse_datetime, parse_duration
 from celery_pause.model.formatting import SHOWN_TEXT
 from celery_pause.model.report import APPLIED, WorkerReport
 from celery_pause.model.scope import EVERYTHING, Scope
 from celery_pause.model.state import UNREADABLE, Hold, PauseState
-from celery_pause.model.validation import MAX_DURATION, parse_datetime, parse_duration
 from support.harness import Cluster
 
 PROPERTIES = settings(deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -392,7 +392,7 @@ def endless_queue_names() -> Iterator[str]:
 BAD_PAUSES: list[tuple[dict[str, Any], str]] = [
     ({"reason": "x" * (validation.MAX_REASON + 1)}, "reason longer than 1000 characters"),
     ({"reason": 42}, "reason must be a string"),
-    ({"paused_by": "x" * (validation.MAX_OPERATOR + 1)}, "paused_by longer than 200"),
+    ({"by": "x" * (validation.MAX_OPERATOR + 1)}, "by longer than 200"),
     ({"queues": [f"q{i}" for i in range(validation.MAX_NAMES + 1)]}, "at most 100 queues"),
     ({"queues": endless_queue_names()}, "at most 100 queues"),
     ({"queues": ["q" * (validation.MAX_NAME + 1)]}, "queue name longer than 200"),
@@ -446,9 +446,7 @@ def test_the_largest_accepted_pause_is_stored_whole(redis_cluster: Cluster) -> N
     queues = [f"{i:03d}".ljust(validation.MAX_NAME, "q") for i in range(validation.MAX_NAMES)]
     reason = "r" * validation.MAX_REASON
     # When paused with them
-    result = celery_pause.pause(
-        redis_cluster.app, queues=queues, reason=reason, paused_by="o" * 200
-    )
+    result = celery_pause.pause(redis_cluster.app, queues=queues, reason=reason, by="o" * 200)
     # Then the hold is stored whole and reads back equal
     stored = celery_pause.status(redis_cluster.app).holds
     assert stored == (result.hold,)

@@ -29,9 +29,9 @@ def test_pauses_and_resumes_are_recorded_with_who_what_when_why(history_cluster:
     assert celery_pause.history(app) == []
 
     # When an operator pauses one queue, another forces a pause of all, and a resume follows
-    first = celery_pause.pause(app, queues=["emails"], reason="smtp down", paused_by="ann@ops")
-    forced = celery_pause.pause(app, reason="deploy", paused_by="bob@ops", force=True)
-    resumed = celery_pause.resume(app, resumed_by="cy@ops")
+    first = celery_pause.pause(app, queues=["emails"], reason="smtp down", by="ann@ops")
+    forced = celery_pause.pause(app, reason="deploy", by="bob@ops", force=True)
+    resumed = celery_pause.resume(app, by="cy@ops")
 
     # Then the history says each, newest first
     newest, middle, oldest = celery_pause.history(app)

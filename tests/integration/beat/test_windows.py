@@ -139,7 +139,7 @@ def run_window(cluster: Cluster, name: str, queue: str) -> None:
     following = start + 8
     until(cluster, following, "the next occurrence")
     reports_show(cluster, (queue,), following, timeout=POLL * 0.75)
-    result = celery_pause.resume(cluster.app, hold=f"window:{name}", resumed_by="ops")
+    result = celery_pause.resume(cluster.app, hold=f"window:{name}", by="ops")
     assert [h.id for h in result.removed] == [f"window:{name}:{int(following)}"]
 
     # Then both workers flow again before its end, and the history records who ended it

@@ -23,11 +23,10 @@ import redis
 
 import celery_pause
 from celery_pause.breaker.status import BreakerStatus
-from celery_pause.model.ramp import Ramp
 from celery_pause.model.scope import Scope, Target
-from celery_pause.stores import store_for
 from support.breaker_proj import AUTORETRY_TASK, CHARGE_TASK, DEPENDENCY_URL, keys
 from support.harness import AMQP_BROKER, REDIS_BROKER, Cluster, Worker, started_between, wait_for
+from support.holds import Curve, ramps
 from support.observe import stays_quiet
 from support.services import require
 
@@ -327,7 +326,7 @@ def test_holds_are_independent_of_an_operator_and_a_forced_resume_restarts_it_cl
     (first_hold,) = world.breaker_holds()
 
     # When an operator pauses the same queue, and the dependency recovers
-    celery_pause.pause(world.app, queues=[world.queue], reason="maintenance", paused_by="op")
+    celery_pause.pause(world.app, queues=[world.queue], reason="maintenance", by="op")
     world.dependency("up")
     world.wait_state("closed")
     closed_at = world.record()["closed_at"]
@@ -486,9 +485,8 @@ def test_a_breaker_without_queues_pauses_its_tasks_and_not_its_queue(
     world.wait_all_done()
 
 
-def breaker_ramp(world: BreakerWorld) -> Ramp | None:
-    ramps = store_for(world.app).read().state.ramps
-    return next((ramp for ramp in ramps if ramp.source == "breaker:dep"), None)
+def breaker_ramp(world: BreakerWorld) -> Curve | None:
+    return next(iter(ramps(world.app, "breaker:dep")), None)
 
 
 def test_a_breaker_with_a_ramp_closes_gradually_and_one_failure_in_it_reopens_it(
@@ -527,7 +525,7 @@ def test_a_breaker_with_a_ramp_closes_gradually_and_one_failure_in_it_reopens_it
     # Then its hold went in the same update that recorded the ramp on the hold's scope,
     # and its status says it ramps
     assert record["state"] == "closed" and not world.breaker_holds()
-    assert ramp.scope == hold.scope
+    assert ramp.hold.scope == hold.scope
     assert (ramp.start, ramp.end, ramp.peak) == (record["closed_at"], record["ramp_until"], peak)
     status = world.breaker()
     assert status.state == "closed" and status.ramp_until == ramp.end

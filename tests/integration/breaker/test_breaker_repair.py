@@ -17,7 +17,7 @@ from celery_pause.model.outcome import Outcome
 from celery_pause.model.state import Hold, PauseState
 from celery_pause.stores import store_for
 from support.harness import REDIS_BROKER, REDIS_STORE
-from support.holds import holds
+from support.holds import holds, ramps
 from support.services import require
 from support.stores import write_raw
 
@@ -189,9 +189,9 @@ def test_a_ramped_close_starts_its_ramp_with_the_hold_removed_and_a_trip_ends_it
 
     # Then one update removed the hold and recorded the ramp on the hold's scope
     state = store.read().state
-    (ramp,) = state.ramps
+    (ramp,) = ramps(app)
     assert state.generation == generation + 1 and holds(app) == ()
-    assert (ramp.source, ramp.scope.describe()) == ("breaker:dep", "queue payments")
+    assert (ramp.hold.source, ramp.hold.scope.describe()) == ("breaker:dep", "queue payments")
     assert (ramp.start, ramp.end, ramp.peak) == (closed.closed_at, closed.ramp_until, 100.0)
     status = celery_pause.breaker_status(app, breaker)
     assert status.state == "closed" and status.ramp_until == closed.ramp_until
@@ -207,5 +207,5 @@ def test_a_ramped_close_starts_its_ramp_with_the_hold_removed_and_a_trip_ends_it
     # Then the hold is back and the ramp gone, so a forced resume would not revive it
     (hold,) = holds(app)
     assert hold.id == "h2" and "during its ramp" in (hold.reason or "")
-    assert store.read().state.ramps == ()
+    assert ramps(app) == ()
     assert celery_pause.breaker_status(app, breaker).ramp_until is None

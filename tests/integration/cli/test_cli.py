@@ -108,7 +108,7 @@ def test_resume_at_with_zone(redis_cluster: Cluster) -> None:
         (["--wait", "--timeout", "0"], ["--timeout"]),
         (["--wait", "--timeout", "nan"], ["--timeout", "finite"]),
         (["--wait", "--timeout", "soon"], ["--timeout"]),
-        (["--by", "  "], ["--by", "must name who pauses"]),
+        (["--by", "  "], ["--by", "must name who acts"]),
         (["--reason", "x" * 1001], ["--reason", "longer than 1000"]),
         (["--force", "status"], ["--force", "belongs to `pause` itself"]),
         (["-Q", "a", "status"], ["--queues", "belongs to `pause` itself"]),
@@ -294,7 +294,7 @@ def test_status_json_follows_the_schema_through_pause_and_resume(redis_cluster: 
 
     # Then the JSON says PARTIAL with the hold's facts
     doc = status_doc(redis_cluster)
-    assert doc["schema"] == 1
+    assert doc["schema"] == 2
     assert doc["state"] == "PARTIAL"
     assert doc["paused_queues"] == ["emails"]
     (hold,) = doc["holds"]

@@ -16,6 +16,7 @@ import celery_pause
 from celery_pause.model.scope import Target
 from support.admin import TOKEN, admin_server
 from support.harness import Cluster
+from support.holds import ramps
 from support.proj import make_app
 
 CHROMIUM_ARGS = [
@@ -183,8 +184,8 @@ def test_the_status_page_resumes_with_a_ramp_and_shows_it(
         row = page.locator("#ramps tbody tr")
         expect(row).to_contain_text("emails", timeout=WAIT_MS)
         expect(row).to_contain_text("manual")
-        (ramp,) = celery_pause.status(redis_cluster.app).ramps
-        assert (ramp.duration, ramp.scope.describe()) == (600.0, "queue emails")
+        (ramp,) = ramps(redis_cluster.app)
+        assert (ramp.duration, ramp.hold.scope.describe()) == (600.0, "queue emails")
 
         # And a bad ramp is refused with the reason, changing nothing
         celery_pause.pause(redis_cluster.app, queues=["emails"])

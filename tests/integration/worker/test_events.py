@@ -46,7 +46,7 @@ def test_pause_and_resume_are_sent_as_celery_events(cluster: Cluster) -> None:
         )
 
         # When the cluster is paused, then resumed
-        paused = celery_pause.pause(cluster.app, reason="deploy", paused_by="bob@ops", wait=True)
+        paused = celery_pause.pause(cluster.app, reason="deploy", by="bob@ops", wait=True)
         wait_for(
             lambda: of_type(events, "worker-paused", worker.hostname),
             timeout=30,

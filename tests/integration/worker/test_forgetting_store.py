@@ -95,7 +95,7 @@ def test_a_store_that_forgets_the_pause_gets_it_back_from_the_worker(
             worker.wait_applied()
             window_start = time.time()
             paused = celery_pause.pause(
-                cluster.app, reason="deploy", paused_by="alice@ops", resume_after=3600, wait=True
+                cluster.app, reason="deploy", by="alice@ops", resume_after=3600, wait=True
             )
             sent = [cluster.send(f"t{i}") for i in range(10)]
 

@@ -10,10 +10,9 @@ import pytest
 
 import celery_pause
 from celery_pause.errors import InvalidInput
-from celery_pause.model.limit import HORIZON
-from celery_pause.model.ramp import Ramp, book
 from celery_pause.stores import store_for
 from support.harness import Cluster, wait_for
+from support.holds import ramps
 from support.proj import RECORD_TASK
 
 PEAK = 20.0
@@ -52,7 +51,8 @@ def test_a_ramped_resume_starts_a_trickle_then_everything_once(ramp_cluster: Clu
     wait_for(lambda: len(starts(cluster, "b")) == 150, timeout=30, what="b's backlog to run")
     ramp_at = time.time()
     result = celery_pause.resume(cluster.app, queues=[queues[0]], ramp=10)
-    ramp = store_for(cluster.app).read().state.live_ramps(result.now)[0]
+    (ramp,) = ramps(cluster.app)
+    assert (ramp.hold,) == result.ramps
     records = cluster.wait_records(300, timeout=40)
 
     # Then the plain resume started far more in its first second than the ramp did in its
@@ -84,12 +84,13 @@ def test_a_pause_during_a_ramp_wins_at_once(ramp_cluster: Cluster, pool: str) ->
     wait_for(lambda: worker.wait_applied().held == 60, timeout=20, what="the backlog held")
     ramp_at = time.time()
     result = celery_pause.resume(cluster.app, ramp=30)
-    wait_for(lambda: worker.wait_applied().ramping >= 1, timeout=10, what="tasks to wait")
+    wait_for(lambda: worker.wait_applied().waiting >= 1, timeout=10, what="tasks to wait")
     cluster.wait_records(2)
     # (the ramp lets a trickle through: at 1 s, 0.33 of PEAK * 30 s * (1/30)**2 / 2, plus
-    # the worker's first start and one second's saving)
+    # the clocks' skew)
     wait_for(lambda: time.time() > ramp_at + 1, timeout=5, what="a second to pass")
-    (ramp,) = store_for(cluster.app).read().state.live_ramps(result.now)
+    (ramp,) = ramps(cluster.app)
+    assert ramp.hold == result.ramps[0]
     first = cluster.started_between(ramp_at, ramp_at + 1)
     assert len(first) <= ramp.allowance(ramp.start + 1) + 2, len(first)
 
@@ -103,7 +104,7 @@ def test_a_pause_during_a_ramp_wins_at_once(ramp_cluster: Cluster, pool: str) ->
         assert not cluster.started_between(paused_at, float("inf"))
         time.sleep(0.05)
     report = worker.wait_applied()
-    assert report.ramping == 0 and report.held >= 1
+    assert report.waiting == 0 and report.held >= 1
     # ... and a plain resume runs the rest at once, each exactly once
     celery_pause.resume(cluster.app)
     records = cluster.wait_records(len(sent), timeout=30)
@@ -115,43 +116,16 @@ def test_a_ramp_needs_a_paused_scope_and_at_most_a_day(redis_cluster: Cluster) -
     store = store_for(app)
     celery_pause.pause(app, queues=["a"])
     before = store.read().state
-    for ramp in (0, -5, 86401, float("nan"), "10m"):
+    for bad in (0, -5, 86401, float("nan"), "10m"):
         with pytest.raises(InvalidInput, match="ramp"):
-            celery_pause.resume(app, queues=["a"], ramp=ramp)  # type: ignore[arg-type]
+            celery_pause.resume(app, queues=["a"], ramp=bad)  # type: ignore[arg-type]
     with pytest.raises(InvalidInput, match="nothing to ramp: queue b is not paused"):
         celery_pause.resume(app, queues=["b"], ramp=60)
     assert store.read().state == before
 
     # A ramp covers what the resume lifted: here queue a only, though all was resumed
     result = celery_pause.resume(app, ramp=86400)
-    (ramp,) = store.read().state.live_ramps(result.now)
-    assert ramp.scope.describe() == "queue a" and ramp.duration == 86400
+    (ramp,) = ramps(app)
+    assert ramp.hold.scope.describe() == "queue a" and ramp.duration == 86400
+    assert (ramp.hold,) == result.ramps and ramp.start == result.now
     assert [e.ramp for e in celery_pause.history(app, limit=1)] == [86400]
-
-
-def test_booking_follows_the_curve_whoever_asks_and_saves_at_most_a_second() -> None:
-    from celery_pause.model.scope import EVERYTHING
-
-    ramp = Ramp(EVERYTHING, start=0.0, duration=20.0, peak=40.0)
-    # Given workers booking runs of start times in turn, every 10 ms of the ramp
-    record = None
-    granted: list[float] = []
-    for tick in range(2000):
-        now = tick / 100
-        done = book(record, now, ramp=ramp, want=3)
-        record = done.value or record
-        granted += done.result.starts
-        assert all(now <= at <= now + HORIZON for at in done.result.starts) or now >= 19
-        assert done.result.retry_at >= now
-    # Then the cluster's starts follow the curve: never ahead, at most one behind
-    assert granted == sorted(granted)
-    for count, at in enumerate(granted, start=1):
-        if at < ramp.end:  # from its end on, the scope is unlimited
-            assert count <= ramp.allowance(at) + 1e-6, (count, at)
-    assert len([t for t in granted if t < 19.99]) >= ramp.allowance(19.99) - 1
-    # And after nothing asked for the ramp's second half, a late booking catches up on one
-    # second's worth of the current rate at most, not on all the starts it let pass
-    (half,) = [book(None, 10.0, ramp=ramp, want=1000)]
-    assert len(half.result.starts) <= ramp.rate(10.0) * (1 + HORIZON) + 1
-    # ... and from the ramp's end on, nothing is booked: its scope is unlimited
-    assert not ramp.live(20.0)

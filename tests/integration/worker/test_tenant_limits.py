@@ -15,7 +15,8 @@ from typing import Any
 import pytest
 
 import celery_pause
-from celery_pause.model.limit import Usage, records_prefix
+from celery_pause.model.limit import records_prefix
+from celery_pause.model.usage import Usage
 from celery_pause.stores import store_for
 from support.harness import AMQP_BROKER, REDIS_BROKER, Cluster, Worker, wait_for
 from support.observe import most_at_once, per_second

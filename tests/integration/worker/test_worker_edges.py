@@ -150,7 +150,7 @@ def test_store_lost_while_paused_keeps_the_worker_paused(redis_url: str, tmp_pat
             paused = celery_pause.pause(
                 cluster.app,
                 reason="deploy",
-                paused_by="alice@ops",
+                by="alice@ops",
                 resume_after=3600,
                 wait=True,
                 timeout=20,

@@ -80,7 +80,7 @@ def test_probes_metrics_and_logs_follow_a_pause(probed_cluster: Cluster, pool: s
     probed_cluster.wait_records(1)
     sent += [probed_cluster.send(f"t{i}", 0.0) for i in range(6)]
     result = celery_pause.pause(
-        probed_cluster.app, reason="db migration", paused_by="alice@ops", wait=True, timeout=30
+        probed_cluster.app, reason="db migration", by="alice@ops", wait=True, timeout=30
     )
 
     # Then it is alive but not ready, and says why, since when and by whom
@@ -198,7 +198,7 @@ def test_metrics_and_readiness_during_a_ramped_resume(probed_cluster: Cluster) -
 
     # When it is resumed over a minute
     result = celery_pause.resume(probed_cluster.app, ramp=60)
-    assert result.ramp is not None
+    (ramp,) = result.ramps
 
     # Then the worker is ready, and its metrics show the ramp and the tasks waiting for it
     # (the worker learns of the ramp a moment before it moves its held tasks behind it)
@@ -208,7 +208,7 @@ def test_metrics_and_readiness_during_a_ramped_resume(probed_cluster: Cluster) -
         return text if ramp_shown and (metric(text, "celery_pause_ramp_waiting") or 0) else None
 
     text = wait_for(ramping_metrics, timeout=10, what="the ramp and its waiting tasks")
-    labels = {"source": "manual", "ramp": result.ramp.id}
+    labels = {"source": "manual", "ramp": ramp.id}
     assert 0 <= (metric(text, "celery_pause_ramp_progress", **labels) or -1) < 0.5
     assert 0 <= (metric(text, "celery_pause_ramp_rate", **labels) or -1) < PEAK_DEFAULT / 2
     assert (metric(text, "celery_pause_ramp_waiting") or 0) <= 12

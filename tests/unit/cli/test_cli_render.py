@@ -226,7 +226,7 @@ def test_status_json_schema() -> None:
     assert doc["breakers"] == [] and doc["scheduled"] == [] and doc["windows"] == []
     assert doc["limits"] == []
     assert doc["ramps"] == [] and doc["restored"] is None
-    assert doc["schema"] == 1
+    assert doc["schema"] == 2
     assert doc["state"] == "PARTIAL"
     assert doc["paused_queues"] == ["emails"]
     assert doc["since"] == NOW - 1500
@@ -242,7 +242,7 @@ def test_status_json_schema() -> None:
             "active": 3,
             "reserved": 6,
             "held": 2,
-            "ramping": 0,
+            "waiting": 0,
             "seen": NOW - 0.4,
             "pool": "threads",
             "pause_guaranteed": True,
@@ -254,7 +254,7 @@ def test_status_json_schema() -> None:
     ]
     assert doc["totals"] == {
         "workers": 1, "paused": 0, "lost": 0, "running_in_scope": 1, "active": 3, "reserved": 6,
-        "held": 2, "ramping": 0, "not_guaranteed": 0,
+        "held": 2, "waiting": 0, "not_guaranteed": 0,
     }  # fmt: skip
     assert doc["queues"] == [
         {"name": "emails", "waiting": 7, "paused": True, "partly_paused": False},

@@ -12,7 +12,6 @@ from celery.worker.request import Request
 from celery_pause.limits.keeper import LimitKeeper
 from celery_pause.limits.permits import Permits
 from celery_pause.model.limit import HORIZON, KEPT_KEY, Limit, kept_since, rate_key
-from celery_pause.model.ramp import Ramp
 from celery_pause.model.scope import EVERYTHING
 from celery_pause.model.state import Hold
 from celery_pause.stores.memory import MemoryStore
@@ -24,6 +23,13 @@ REQUEST = cast(Request, object())
 
 def limited(rate: float) -> Permits:
     return Permits.of_hold(Hold(id="h1", scope=EVERYTHING, limit=Limit(rate=rate)))
+
+
+def ramp(start: float, duration: float, peak: float) -> Permits:
+    """The permits of a ramp rising to ``peak`` over ``duration`` seconds from ``start``."""
+    return Permits.of_hold(
+        Hold(id="r1", scope=EVERYTHING, limit=Limit(rate=peak, rise=(start, duration)))
+    )
 
 
 def test_a_worker_that_stalled_spends_only_the_start_times_still_in_time() -> None:
@@ -62,9 +68,8 @@ def test_start_times_spent_on_their_turn_are_all_spent() -> None:
 
 def test_a_ramps_start_times_are_as_late_as_its_rate_at_the_time_allows() -> None:
     # Given a ramp at 40/s now (half of 80/s, halfway through)
-    ramp = Ramp(EVERYTHING, start=T - 10, duration=20.0, peak=80.0)
-    permits = Permits.of_ramp(ramp)
-    permits.add_starts([T, T], retry_at=T, known=2)
+    permits = ramp(T - 10, 20.0, 80.0)
+    permits.add_starts([T, T], retry_at=T, known=T + 0.05)
     permits.waiting = 2
 
     # Then a start time 20 ms late is spent, one 30 ms late is dropped (40/s: 25 ms)
@@ -126,9 +131,8 @@ def test_a_returning_tenant_is_booked_at_once_on_a_store_that_kept_its_records()
 
 def test_once_a_ramp_is_over_every_waiting_task_starts() -> None:
     # Given a ramp's permits holding a start time of its last second
-    ramp = Ramp(EVERYTHING, start=T - 20, duration=20.0, peak=40.0)
-    permits = Permits.of_ramp(ramp)
-    permits.add_starts([T - 0.5], retry_at=T, known=800)
+    permits = ramp(T - 20, 20.0, 40.0)
+    permits.add_starts([T - 0.5], retry_at=T, known=T)
     permits.waiting = 3
 
     # Then from its end on the scope is unlimited: each waiting task may start

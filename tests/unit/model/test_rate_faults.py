@@ -3,6 +3,7 @@ the store lost while workers held start times booked ahead."""
 
 from __future__ import annotations
 
+import itertools
 import math
 from typing import Any
 
@@ -14,17 +15,21 @@ from celery_pause.model.limit import (
     DELAY,
     HORIZON,
     LATE,
+    Limit,
     kept_since,
     lateness,
     lost_by,
     reserve,
     run_length,
 )
-from celery_pause.model.ramp import Ramp, book
-from celery_pause.model.scope import EVERYTHING
 
 PROPERTIES = settings(deadline=None, suppress_health_check=[HealthCheck.too_slow])
 NOW = 1_800_000_000.0
+
+
+def every(interval: float) -> Limit:
+    """A rate of one start per ``interval`` seconds."""
+    return Limit(rate=1 / interval)
 
 
 def most_in_a_second(starts: list[float]) -> int:
@@ -102,7 +107,7 @@ def test_half_an_interval_would_put_three_starts_in_a_second_at_100_a_minute() -
 # -- a record the store lost ------------------------------------------------------------------
 def test_a_missing_record_asks_since_when_the_store_kept_its_records() -> None:
     # When a record is missing and since when the store kept its records is not known
-    asked = reserve(None, NOW, interval=0.1, want=3, kept=None)
+    asked = reserve(None, NOW, limit=every(0.1), want=3, kept=None)
 
     # Then nothing is booked nor written: the worker is to ask again, knowing it
     assert (asked.value, asked.result.count, asked.result.unknown) == (None, 0, True)
@@ -119,7 +124,7 @@ def test_a_tenant_that_comes_back_starts_at_once() -> None:
     known = NOW - 10
 
     # When the tenant's next task comes
-    booked = reserve(None, NOW, interval=0.1, want=3, known=known, kept=NOW - 3600)
+    booked = reserve(None, NOW, limit=every(0.1), want=3, known=known, kept=NOW - 3600)
 
     # Then its run starts now, as after any idle stretch
     assert booked.result.times() == pytest.approx([NOW, NOW + 0.1, NOW + 0.2])
@@ -130,7 +135,7 @@ def test_a_record_the_store_forgot_is_booked_past_every_start_time_held() -> Non
     interval, held = 0.1, []
     record: dict[str, Any] | None = None
     for step in range(30):
-        outcome = reserve(record, NOW + step * 0.05, interval=interval, want=3)
+        outcome = reserve(record, NOW + step * 0.05, limit=every(interval), want=3)
         record = outcome.value or record
         held += outcome.result.times()
 
@@ -138,14 +143,14 @@ def test_a_record_the_store_forgot_is_booked_past_every_start_time_held() -> Non
     # them books (the store then says it kept its records from now)
     now = NOW + 30 * 0.05
     kept = kept_since(None, now).result
-    first = reserve(None, now, interval=interval, want=3, kept=kept)
+    first = reserve(None, now, limit=every(interval), want=3, kept=kept)
 
     # Then the record restarts an interval past every time held, written though nothing fits
     assert first.result.count == 0
     assert first.value == {"tat": kept + HORIZON + interval}
     assert first.value["tat"] >= max(held) + interval
     # ... and at its retry time, the run goes on from there: no gap over a horizon
-    again = reserve(first.value, first.result.retry_at, interval=interval, want=3)
+    again = reserve(first.value, first.result.retry_at, limit=every(interval), want=3)
     assert again.result.times()[0] == pytest.approx(kept + HORIZON + interval)
     assert again.result.times()[0] - now <= HORIZON + interval + 1e-9
 
@@ -156,7 +161,7 @@ def test_a_record_behind_what_this_worker_saw_ahead_was_lost() -> None:
 
     # When it finds it missing, or behind (a failover lost the last writes)
     for stored in (None, {"tat": NOW + 0.2}):
-        booked = reserve(stored, NOW, interval=0.1, want=1, known=known, kept=None)
+        booked = reserve(stored, NOW, limit=every(0.1), want=1, known=known, kept=None)
 
         # Then it books a horizon and an interval from now, asking nothing more
         assert not booked.result.unknown
@@ -168,7 +173,35 @@ def test_a_record_behind_what_this_worker_saw_ahead_was_lost() -> None:
 
 
 # -- a ramp -----------------------------------------------------------------------------------
-RAMP = Ramp(EVERYTHING, start=NOW - 10, duration=20.0, peak=40.0)
+RAMP = Limit(rate=40.0, rise=(NOW - 10, 20.0))
+"""A rate rising to 40/s over 20 s, halfway there at ``NOW``."""
+
+
+def allowance(ramp: Limit, at: float) -> float:
+    """How many starts ``ramp`` allows from its start to ``at``: the area under its curve."""
+    assert ramp.rise is not None and ramp.rate is not None
+    return ramp.rate * ramp.rise[1] * ramp.progress(at) ** 2 / 2
+
+
+def test_booking_a_ramp_follows_its_curve_whoever_asks() -> None:
+    # Given workers booking runs of start times in turn, every 10 ms of a ramp
+    ramp = Limit(rate=40.0, rise=(0.0, 20.0))
+    record = None
+    granted: list[float] = []
+    for tick in range(2000):
+        now = tick / 100
+        done = reserve(record, now, limit=ramp, want=run_length(max(1.0, ramp.rate_at(now)), 3))
+        record = done.value or record
+        granted += done.result.starts
+        assert all(now <= at <= now + HORIZON for at in done.result.starts)
+        assert done.result.retry_at >= now
+
+    # Then the cluster's starts follow the curve: never ahead, at most a run behind
+    assert granted == sorted(granted)
+    for count, at in enumerate(granted, start=1):
+        if at < 20.0:  # from its end on, the ramp's hold ends: its scope is unlimited
+            assert count <= allowance(ramp, at) + 1e-6, (count, at)
+    assert len([t for t in granted if t < 19.99]) >= allowance(ramp, 19.99) - 3
 
 
 def test_a_ramp_whose_record_the_store_forgot_goes_on_past_every_start_held() -> None:
@@ -177,26 +210,49 @@ def test_a_ramp_whose_record_the_store_forgot_goes_on_past_every_start_held() ->
     held: list[float] = []
     now = NOW - 1
     while now < NOW:
-        done = book(record, now, ramp=RAMP, want=run_length(RAMP.rate(now), 100))
+        done = reserve(record, now, limit=RAMP, want=run_length(RAMP.rate_at(now), 100))
         record = done.value or record
         held += done.result.starts
         now += 0.05
 
     # When the store forgets it and a worker books, knowing nothing, then since when kept
-    assert book(None, NOW, ramp=RAMP, want=5, kept=None).result.unknown
-    lost = book(None, NOW, ramp=RAMP, want=5, kept=NOW)
+    assert reserve(None, NOW, limit=RAMP, want=5, kept=None).result.unknown
+    lost = reserve(None, NOW, limit=RAMP, want=5, kept=NOW)
 
     # Then it books nothing before every start held has passed, nor saves any up
     assert lost.result.starts == ()
-    assert lost.value is not None and lost.value["granted"] >= RAMP.allowance(max(held))
-    later = book(lost.value, lost.result.retry_at, ramp=RAMP, want=5)
+    assert lost.value is not None and lost.value["tat"] > max(held)
+    later = reserve(lost.value, lost.result.retry_at, limit=RAMP, want=5)
     assert min(later.result.starts) > NOW + HORIZON - 1e-9 >= max(held)
 
 
-def test_a_ramp_books_its_saved_starts_now_not_in_the_past() -> None:
+def test_a_ramp_books_from_now_not_in_the_past() -> None:
     # When a backlog comes halfway through a ramp nothing asked for before
-    done = book(None, NOW, ramp=RAMP, want=1000)
+    want = run_length(RAMP.rate_at(NOW), 1000)
+    done = reserve(None, NOW, limit=RAMP, want=want)
 
-    # Then the starts it saved up are booked now (late already, they would be dropped)
+    # Then its run starts now, at the ramp's current rate (20/s), not from its start
+    assert done.result.count == want == 5
     assert min(done.result.starts) == NOW
-    assert all(NOW <= at <= NOW + HORIZON for at in done.result.starts)
+    gaps = [b - a for a, b in itertools.pairwise(done.result.starts)]
+    assert all(1 / 21 < gap < 1 / 19 for gap in gaps), gaps
+
+
+def test_a_ramp_rises_from_zero_to_its_rate_and_goes_on_at_it() -> None:
+    # Given a ramp to 40/s over 20 s
+    ramp = Limit(rate=40.0, rise=(100.0, 20.0))
+
+    # Then its first start comes when its curve allows one, each later one sooner
+    first = ramp.after(-math.inf, 1)
+    assert first == pytest.approx(100.0 + 20.0 * math.sqrt(1 / 400))
+    assert ramp.after(110.0, 1) - 110.0 == pytest.approx(1 / 20, rel=0.01)
+    # ... and past its end, one start every 1/40 s
+    assert ramp.after(130.0, 4) == pytest.approx(130.1)
+    assert (ramp.rate_at(90.0), ramp.rate_at(110.0), ramp.rate_at(200.0)) == (0.0, 20.0, 40.0)
+    # And it round-trips as stored, refusing what is no rise
+    assert Limit.from_json(ramp.to_json()) == ramp
+    for rise in ([100.0, 0], [100.0, 86401], ["x", 5], [1.0]):
+        with pytest.raises((ValueError, TypeError)):
+            Limit.from_json({"rate": 40.0, "rise": rise})
+    with pytest.raises(ValueError):
+        Limit(concurrency=3, rise=(0.0, 10.0))

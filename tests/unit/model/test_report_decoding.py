@@ -33,7 +33,7 @@ def reference(raw: bytes | str) -> WorkerReport | None:
             held=int(data.get("held", 0)),
             active=int(data.get("active", 0)),
             reserved=int(data.get("reserved", 0)),
-            ramping=int(data.get("ramping", 0)),
+            waiting=int(data.get("waiting", data.get("ramping", 0))),
             seen=float(data["seen"]),
             running_names=tuple(str(n) for n in data.get("running_names", ())),
             breakers=tuple(str(n) for n in data.get("breakers", ())),
@@ -104,3 +104,14 @@ def test_known_marks_silent_reports_as_replace_did() -> None:
     found = known([live, gone, stale], 100.0, ttl=10.0, forget=60.0)
     assert found == [replace(stale, silent=50.0), live]
     assert type(found[0]) is WorkerReport and found[0].silent == 50.0
+
+
+def test_a_report_of_an_earlier_release_says_waiting_as_ramping() -> None:
+    # Given a report an earlier release wrote: its waiting requests under ``ramping``
+    report = WorkerReport("w1@h", 1, APPLIED, 3, (), (), 0, 100.0, waiting=4)
+    data = json.loads(report.encode())
+    earlier = {**{k: v for k, v in data.items() if k != "waiting"}, "ramping": 4}
+
+    # Then it reads the same, and this release writes ``waiting``
+    assert WorkerReport.decode(json.dumps(earlier)) == report
+    assert "waiting" in data and "ramping" not in data

@@ -20,7 +20,8 @@ PAUSED = Applied(1, EVERYTHING)
 
 
 class EndingWorker:
-    """A worker with one running task, which ends while the report naming it is written."""
+    """A worker (its loop and its state) with one running task, which ends while the report
+    naming it is written."""
 
     def __init__(self) -> None:
         self.tasks = (InFlight("t1", "proj.slow", Target(queue="q")),)
@@ -33,7 +34,6 @@ class EndingWorker:
             enforced=PAUSED,
             holds=(),
             scheduled=(),
-            ramps=(),
             as_of=0.0,
             breakers=(),
             consumed=(),
@@ -58,12 +58,6 @@ class EndingWorker:
         pass
 
     def return_expired(self) -> None:
-        pass
-
-    def pace(self) -> float | None:
-        return None
-
-    def renew(self, until: float) -> None:
         pass
 
     def fence(self) -> None:
@@ -95,7 +89,14 @@ def test_tasks_that_end_while_their_report_is_written_are_reported_ended_at_once
         worker_ttl=3 * POLL,
         store_timeout=1.0,
     )
-    sync = StoreSync(store=store, config=config, worker=worker)
+    sync = StoreSync(
+        store=store,
+        config=config,
+        worker=worker,
+        state=worker,
+        renew=lambda until: None,
+        pace=lambda: None,
+    )
 
     # When the store thread runs
     sync.start()

@@ -113,8 +113,8 @@ def test_inspect_the_report_and_the_view_derive_from_one_snapshot() -> None:
 
     # Then all three say the same generation, scope and held request
     assert (answer["generation"], report.generation, view.generation) == (1, 1, 1)
-    assert answer["held"] == view.held_by_task == {"proj.task": 1}
-    assert report.held == view.held == 1
+    assert answer["held"] == view.snapshot.gate.held_by_task == {"proj.task": 1}
+    assert report.held == view.snapshot.gate.held == 1
     assert report.paused == ("a",) and view.paused_queues == ("a",)
     assert snapshot.report(seen=NOW, starting=True).generation == -1
 
