@@ -59,7 +59,6 @@ from celery_pause.settings import config_for
 from celery_pause.stores import Snapshot, Store, open_store
 from celery_pause.worker.gate import Gate
 from celery_pause.worker.pools import PREFORK, PoolSupport
-from celery_pause.worker.snapshot import WorkerSnapshot
 from celery_pause.worker.state import StoreClock, WorkerState
 from celery_pause.worker.sync import StoreSync
 from support.processes import raise_on_sigterm
@@ -111,16 +110,20 @@ class SimulatedWorker:
         )
         self.witness = Witness(store)
         self.max_hold = config_for(app).max_hold
-        self.sync = StoreSync(store=self.witness, config=config_for(app), worker=self)
+        self.sync = StoreSync(
+            store=self.witness,
+            config=config_for(app),
+            worker=self,
+            state=self.state,
+            renew=self.gate.renew,
+            pace=lambda: None,  # no limit in force: nothing to pace (and no store I/O)
+        )
 
     def start(self) -> None:
         snapshot = self.sync.read_once()
         if snapshot is not None:
             self.deliver(snapshot)
         self.sync.start()
-
-    def snapshot(self) -> WorkerSnapshot:
-        return self.state.snapshot()
 
     def deliver(self, snapshot: Snapshot) -> None:
         delivered = self.state.deliver(snapshot.state, snapshot.now)
@@ -129,20 +132,11 @@ class SimulatedWorker:
             self.state.mark_applied(delivered.applied, as_of=delivered.as_of)
             self.sync.publish_now()
 
-    def store_failed(self) -> None:
-        self.state.store_failed()
-
     def return_expired(self) -> None:
         self.gate.return_expired(self.max_hold)
 
     def pump(self) -> None:
         self.gate.pump()
-
-    def renew(self, until: float) -> None:
-        self.gate.renew(until)
-
-    def pace(self) -> float | None:
-        return None  # no ramp or limit in force: nothing to pace (and no store I/O)
 
     def fence(self) -> None:
         fenced = self.state.fence()

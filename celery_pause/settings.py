@@ -11,6 +11,7 @@ from celery import Celery
 from celery.app import utils as celery_app_utils
 
 from .errors import ConfigurationError
+from .model.limit import MAX_RATE
 from .model.state import BEAT_POLICIES
 from .model.validation import (
     check_count,
@@ -136,7 +137,7 @@ class PauseConfig:
             history_size=read.count("pause_history_size"),
             green_loop_wait=min(read.positive("pause_green_loop_wait"), 2.0),
             beat_default=beat_default,
-            ramp_peak=read.positive("pause_ramp_peak"),
+            ramp_peak=read.rate("pause_ramp_peak"),
             readyz_when_paused=read.choice("pause_readyz_when_paused", READYZ_WHEN_PAUSED),
             labels=check_labels(
                 read.name("pause_labels"), read.values["pause_labels"], error=ConfigurationError
@@ -169,6 +170,15 @@ class _Reader:
 
     def positive(self, key: str) -> float:
         return check_positive(self.name(key), self.values[key], error=ConfigurationError)
+
+    def rate(self, key: str) -> float:
+        """Tasks per second, positive and at most :data:`~.model.limit.MAX_RATE`."""
+        rate = check_positive(self.name(key), self.values[key], error=ConfigurationError)
+        if not rate <= MAX_RATE:
+            raise ConfigurationError(
+                f"{self.name(key)} must be at most {MAX_RATE:g} tasks/s, got {rate!r}"
+            )
+        return rate
 
     def count(self, key: str) -> int:
         return check_count(self.name(key), self.values[key], error=ConfigurationError)

@@ -64,7 +64,7 @@ def usage(store: Store, state: PauseState, now: float) -> dict[str, Usage]:
             else Usage.of_partitions(hold.limit, partition_records(store, hold.id), now)
         )
         for hold in state.limits(now)
-        if hold.limit is not None
+        if hold.limit is not None and not hold.ramp
     }
 
 

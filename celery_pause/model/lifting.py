@@ -59,7 +59,12 @@ def lift(state: PauseState, now: float, lifting: Lifting) -> Outcome[PauseState,
         )
     else:
         outcome = lift_scope(
-            state, now, lifting.scope, force=lifting.force, windows=lifting.windows
+            state,
+            now,
+            lifting.scope,
+            force=lifting.force,
+            windows=lifting.windows,
+            ramps=lifting.ramp is None,
         )
     if lifting.ramp is None:
         return outcome
@@ -83,20 +88,28 @@ def ramped_scope(removed: Sequence[Hold], scope: Scope) -> Scope:
 
 
 def lift_scope(
-    state: PauseState, now: float, scope: Scope, *, force: bool, windows: Sequence[Window]
+    state: PauseState,
+    now: float,
+    scope: Scope,
+    *,
+    force: bool,
+    windows: Sequence[Window],
+    ramps: bool = True,
 ) -> Outcome[PauseState, Lifted]:
     """The state with the active holds within ``scope`` lifted (breakers' and windows' only
-    with ``force``; ``None`` if nothing changes), and the holds lifted."""
+    with ``force``; ``None`` if nothing changes), and the holds lifted. A ramp it cannot
+    split stays whole; with ``ramps=False`` (a ramped resume, whose ramp replaces those it
+    contains) ramps stay."""
     kept: list[Hold] = []
     removed: list[Hold] = []
     for hold in state.live_holds(now):
         rest = hold.scope
-        if hold.started(now) and (hold.manual or force):
+        if hold.started(now) and (hold.manual or force) and (ramps or not hold.ramp):
             try:
                 rest = lifted_scope(hold, scope)
             except InvalidInput:
-                if hold.manual:
-                    raise  # a foreign hold it cannot split stays whole
+                if hold.manual and not hold.ramp:
+                    raise  # a foreign hold or a ramp it cannot split stays whole
         if rest != hold.scope:
             removed.append(hold)
         if rest:

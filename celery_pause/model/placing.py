@@ -98,8 +98,9 @@ def place(state: PauseState, now: float, placing: Placing) -> Outcome[PauseState
 
 
 def _conflict(other: Hold, placed: Hold, now: float) -> bool:
-    """Whether ``placed`` replaces (or, a pause, refuses) the manual hold ``other``."""
-    if other.pauses != placed.pauses or not other.overlaps_in_time(placed, now):
+    """Whether ``placed`` replaces (or, a pause, refuses) the manual hold ``other`` (never a
+    ramp: a limit and a ramp on one scope both apply)."""
+    if other.ramp or other.pauses != placed.pauses or not other.overlaps_in_time(placed, now):
         return False
     if placed.pauses:
         return other.scope.overlaps(placed.scope)

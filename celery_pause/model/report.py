@@ -132,7 +132,10 @@ class WorkerReport:
         return None if self.paused is None else list(self.paused)
 
     def encode(self) -> bytes:
-        return json.dumps(asdict(self), separators=(",", ":")).encode()
+        """The report as stored: its fields, and ``ramping`` (``waiting``'s name in the
+        previous release) for that release's readers during an upgrade."""
+        stored = {**asdict(self), "ramping": self.waiting}
+        return json.dumps(stored, separators=(",", ":")).encode()
 
     @classmethod
     def decode(cls, raw: bytes | str) -> WorkerReport | None:

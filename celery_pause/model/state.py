@@ -21,7 +21,7 @@ from typing import Any
 
 from .formatting import clip, format_time
 from .jsonfields import number, optional_str, require_str
-from .limit import Limit
+from .limit import MAX_RATE, Limit
 from .scope import EVERYTHING, NOTHING, Scope, rule_from_json
 
 SCHEMA = 1
@@ -362,7 +362,7 @@ def _ramp(data: Any) -> list[Hold]:
     if not isinstance(rules, list) or not rules:
         raise ValueError(f"ramp scope is {rules!r}"[:80])
     start, duration = number(data["start"]), number(data["duration"])
-    limit = Limit(rate=number(data["peak"]), rise=(start, duration))
+    limit = Limit(rate=min(number(data["peak"]), MAX_RATE), rise=(start, duration))
     ramp_id = require_str(data["id"])
     return [
         Hold(

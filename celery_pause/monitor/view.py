@@ -97,7 +97,8 @@ class WorkerView:
     @property
     def ramps(self) -> tuple[Hold, ...]:
         """The ramped resumes in force on this worker."""
-        return tuple(h for h in self.snapshot.holds if h.live(self.now) and h.ramp)
+        live = (h for h in self.snapshot.holds if h.live(self.now) and h.ramp)
+        return tuple(h for h in live if h.scope.for_worker(self.hostname))
 
     @property
     def paused_queues(self) -> tuple[str, ...]:

@@ -28,6 +28,7 @@ from .. import signals
 from ..errors import ConfigurationError, WorkerRefused
 from ..limits.keeper import LimitKeeper
 from ..model.scope import EVERYTHING, NOTHING, Scope, Target
+from ..model.state import Hold
 from ..routing import QueueResolver
 from ..settings import config_for
 from ..stores import Snapshot, store_for
@@ -303,7 +304,7 @@ class ApplyStep(bootsteps.StartStopStep):
             logger.info("celery-pause: returned %d task(s) of drained queues", drained)
         self.gate.release()
         self.gate.pump()
-        before = self.state.applied.limits if self.state.applied else ()
+        before = _throttles(self.state.applied)
         self.state.mark_applied(applied, as_of=as_of)
         self.sync.publish_now()
         if scope != previous:
@@ -312,13 +313,14 @@ class ApplyStep(bootsteps.StartStopStep):
             logger.info(
                 "celery-pause: holding %s: a pause being written", applied.announced.describe()
             )
-        if applied.limits != before:
-            limits = "; ".join(hold.describe() for hold in applied.limits) or "none"
+        throttles = _throttles(applied)
+        if throttles != before:
+            limits = "; ".join(hold.describe() for hold in throttles) or "none"
             logger.warning("celery-pause: generation %d: limits: %s", applied.generation, limits)
             self._send(
                 signals.worker_limited,
                 generation=applied.generation,
-                limits=applied.limits,
+                limits=throttles,
                 previous=before,
             )
 
@@ -373,6 +375,11 @@ class ApplyStep(bootsteps.StartStopStep):
                 returned,
                 self.config.max_hold,
             )
+
+
+def _throttles(applied: Applied | None) -> tuple[Hold, ...]:
+    """The limits ``applied`` paces but ramps (a ramp is told as the resume it is)."""
+    return tuple(hold for hold in applied.limits if not hold.ramp) if applied else ()
 
 
 def listening(c: Consumer) -> tuple[str, ...]:

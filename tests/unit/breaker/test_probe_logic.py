@@ -130,6 +130,9 @@ def test_settings_have_explicit_defaults() -> None:
         ("pause_history_size", 0, "at least 1"),
         ("pause_history_size", 2.5, "whole number"),
         ("pause_green_loop_wait", -1, "positive"),
+        ("pause_ramp_peak", 0, "positive"),
+        ("pause_ramp_peak", float("inf"), "at most 1e+06"),
+        ("pause_ramp_peak", 2e6, "at most 1e+06"),
     ],
 )
 def test_bad_settings_are_named(setting: str, value: Any, says: str) -> None:

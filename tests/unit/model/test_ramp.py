@@ -9,6 +9,8 @@ import pytest
 
 from celery_pause.errors import InvalidInput
 from celery_pause.model.lifting import Lifting, lift
+from celery_pause.model.limit import MAX_RATE, Limit
+from celery_pause.model.placing import Placing, place
 from celery_pause.model.ramp import describe_ramp, ramp_json
 from celery_pause.model.scope import EVERYTHING, Scope
 from celery_pause.model.state import UNREADABLE, Hold, PauseState
@@ -116,3 +118,59 @@ def test_an_earlier_releases_ramps_are_read_as_rising_limits() -> None:
     # And a damaged one makes the state unreadable: paused, never running
     doc["ramps"][0]["duration"] = 0
     assert [h.id for h in PauseState.decode(json.dumps(doc)).holds] == [UNREADABLE]
+
+
+def test_a_ramp_over_everything_stays_whole_when_part_of_it_is_paused_and_resumed() -> None:
+    # Given every queue ramping back, and then queue a paused again
+    state = ramped(
+        PauseState().with_holds([Hold(scope=EVERYTHING, paused_at=NOW - 60)]), EVERYTHING
+    )
+    (ramp,) = state.live_ramps(NOW)
+    state = state.with_holds([*state.holds, Hold(scope=Scope.of(["a"]), paused_at=NOW + 1)])
+
+    # When queue a is resumed
+    done = lift(state, NOW + 2, Lifting(scope=Scope.of(["a"])))
+
+    # Then its pause is lifted and the ramp, which no list of names could split, stays whole
+    assert done.value is not None and not done.value.paused(NOW + 2)
+    assert done.value.live_ramps(NOW + 2) == (ramp,)
+
+
+def test_a_ramped_resume_leaves_the_ramps_it_does_not_contain() -> None:
+    # Given queue a ramping back, and queue b paused
+    state = ramped(paused("a"), Scope.of(["a"]))
+    (ramp_a,) = state.live_ramps(NOW)
+    state = state.with_holds([*state.holds, Hold(scope=Scope.of(["b"]), paused_at=NOW + 1)])
+
+    # When everything is resumed over a minute
+    state = ramped(state, EVERYTHING, at=NOW + 2, seconds=60)
+
+    # Then b ramps over the minute, and a's ramp goes on as it was
+    ramps = {r.scope.describe(): r for r in state.live_ramps(NOW + 2)}
+    assert ramps["queue a"] == ramp_a and ramps["queue b"].resume_at == NOW + 62
+
+
+def test_a_throttle_on_a_ramping_scope_leaves_the_ramp() -> None:
+    # Given queue a ramping back
+    state = ramped(paused("a"), Scope.of(["a"]))
+    (ramp,) = state.live_ramps(NOW)
+
+    # When it is throttled to 5/s
+    placing = Placing(
+        scope=Scope.of(["a"]), by="ops", reason=None, resume_at=lambda t: None,
+        limit=Limit(rate=5.0),
+    )  # fmt: skip
+    done = place(state, NOW + 1, placing)
+
+    # Then both apply: the ramp is not replaced
+    assert done.result.replaced == () and done.value is not None
+    assert done.value.live_ramps(NOW + 1) == (ramp,)
+    assert len(done.value.limits(NOW + 1)) == 2
+
+
+def test_an_earlier_releases_ramp_above_the_highest_rate_reads_at_the_highest_rate() -> None:
+    doc = json.loads(paused("c").encode())
+    ramp = {"id": "r", "scope": [{"queues": ["a"]}], "start": NOW, "duration": 60.0}
+    doc["ramps"] = [{**ramp, "peak": 1e9, "source": "manual"}]
+    (read,) = PauseState.decode(json.dumps(doc)).live_ramps(NOW)
+    assert read.limit is not None and read.limit.rate == MAX_RATE
