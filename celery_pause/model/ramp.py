@@ -47,10 +47,9 @@ def ramp_holds(
 
 def describe_ramp(hold: Hold, now: float) -> str:
     """``queue a: 35% through a ramp of 10 minutes, at 35.0 of 100 tasks/s, until …``."""
-    limit = _limit(hold)
+    limit, _, duration = _rise(hold)
     by = f", by {hold.paused_by}" if hold.paused_by else ""
     source = "" if hold.manual else f", {hold.source}"
-    duration = (limit.rise or (now, 0.0))[1]
     return (
         f"{hold.scope.describe()}: {limit.progress(now):.0%} through a ramp of "
         f"{format_duration(duration)}, at {limit.rate_at(now):.1f} of {limit.rate:g} "
@@ -60,8 +59,7 @@ def describe_ramp(hold: Hold, now: float) -> str:
 
 def ramp_json(hold: Hold, now: float) -> dict[str, Any]:
     """A ramp and how far it has come at ``now`` (``pause status --json``)."""
-    limit = _limit(hold)
-    start, duration = limit.rise or (now, 0.0)
+    limit, start, duration = _rise(hold)
     live = hold.live(now)
     return {
         "id": hold.id,
@@ -77,7 +75,8 @@ def ramp_json(hold: Hold, now: float) -> dict[str, Any]:
     }
 
 
-def _limit(hold: Hold) -> Limit:
+def _rise(hold: Hold) -> tuple[Limit, float, float]:
+    """The ramp's limit, and when its rate starts rising and for how long."""
     if hold.limit is None or hold.limit.rise is None:
         raise ValueError(f"hold {hold.id} is not a ramp")
-    return hold.limit
+    return (hold.limit, *hold.limit.rise)
