@@ -145,23 +145,23 @@ class LimitKeeper:
             held[permits.family] += len(taken)
             # a partition refused waits for its own limit now: the gate widens the window
             earned = earned or bool(taken) or permits.value is not None
-        costs = permits.starts_wanted(self.clock())
-        if costs:
-            starts, retry_at, known = self._book(permits, costs)
-            permits.add_starts(starts, retry_at, known, costs)
+        want = permits.starts_wanted(self.clock())
+        if want:
+            starts, retry_at, known = self._book(permits, want)
+            permits.add_starts(starts, retry_at, known)
             earned = earned or bool(starts)
         if time.monotonic() - permits.renewed >= self.ttl / 3:
             self._renew(permits)
         return earned
 
-    def _book(self, permits: Permits, costs: list[float]) -> tuple[tuple[float, ...], float, float]:
-        """Book start times of the rate of ``permits`` for tasks of ``costs`` in the store: the
+    def _book(self, permits: Permits, want: int) -> tuple[tuple[float, ...], float, float]:
+        """Book ``want`` start times of the rate of ``permits`` in the store: the
         times, when to ask again, and the record as left (:attr:`Permits.known`). If the
         record is missing, ask since when the store kept its records, and book by that."""
-        starts, retry_at, known, unknown = self._ask(permits, costs, None)
+        starts, retry_at, known, unknown = self._ask(permits, want, None)
         if unknown:
             kept = self._kept()
-            starts, retry_at, known, _ = self._ask(permits, costs, kept)
+            starts, retry_at, known, _ = self._ask(permits, want, kept)
         return starts, retry_at, known
 
     def _kept(self) -> float:
@@ -173,13 +173,13 @@ class LimitKeeper:
         return self.store.update_record(KEPT_KEY, kept_since).result
 
     def _ask(
-        self, permits: Permits, costs: list[float], kept: float | None
+        self, permits: Permits, want: int, kept: float | None
     ) -> tuple[tuple[float, ...], float, float, bool]:
         limit, known = permits.limit, permits.known
         reserved = self.store.update_record(
             rate_key(permits.id),
             lambda record, now: tagged(
-                reserve(record, now, limit=limit, costs=costs, known=known, kept=kept),
+                reserve(record, now, limit=limit, want=want, known=known, kept=kept),
                 permits.value,
             ),
         ).result

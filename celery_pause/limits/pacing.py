@@ -47,7 +47,6 @@ class Pacing:
         target: Callable[[Request], Target],
         backlog: int = 16,
         on_backlog: Callable[[], None] = lambda: None,
-        cost: Callable[[Request, str], float] = lambda request, name: 1.0,
     ) -> None:
         """Nothing in force.
 
@@ -60,14 +59,11 @@ class Pacing:
             backlog: Requests of a queue a limit covers whole that may wait before the
                 worker stops consuming it.
             on_backlog: Called when :attr:`backed_up` changes (the consumers to match).
-            cost: What a request says it costs, by the name a cost-weighted limit reads
-                (:meth:`~celery_pause.worker.reading.TargetReader.cost`).
         """
         self.clock = clock
         self._qos = qos
         self._on_wait = on_wait
         self._target = target
-        self._cost = cost
         self.permits: tuple[Permits, ...] = ()
         """This worker's permits of the ramps and limits in force, but those per label."""
         self.partitions: tuple[Partitions, ...] = ()
@@ -170,7 +166,7 @@ class Pacing:
             qos.decrement_eventually(len(self._widened))
         self._widened.clear()
         for permits in self.all_permits():
-            permits.clear_waiting()
+            permits.waiting = 0
         self._whole.clear()
         return waiting
 
@@ -184,11 +180,7 @@ class Pacing:
     def _start(self, permits: list[Permits], request: Request) -> bool:
         """Whether every ramp and limit covering ``request`` lets it start now (spent if so)."""
         now = self.clock()
-        ready = [p.ready(now, self._cost_of(p, request)) for p in permits]
-        if not all(ready):
-            for p, due in zip(permits, ready, strict=True):
-                if due and p.paced:
-                    p.keep_first()  # until the other limits' permits come
+        if not all([p.ready(now) for p in permits]):
             return False
         for p in permits:
             p.spend(request)
@@ -199,7 +191,7 @@ class Pacing:
     def _wait(self, request: Request, since: float, permits: list[Permits], target: Target) -> None:
         self.waiting.append((request, since))
         for p in permits:
-            p.wait(self._cost_of(p, request))
+            p.waiting += 1
         limits = [p for p in permits if p.limit.rise is None]  # a ramp waits within its window
         if all(p.value is not None and not p.holds_back() for p in limits):
             return  # only the pool's room keeps it (or nothing): it waits within the window
@@ -211,12 +203,6 @@ class Pacing:
         whole = Target(queue=target.queue, worker=target.worker)
         if target.queue and any(p.value is None and p.scope.covers(whole) for p in limits):
             self._whole[target.queue] += 1
-
-    def _cost_of(self, permits: Permits, request: Request) -> float:
-        """The units of ``permits``'s rate ``request`` spends (1 unless the limit weighs
-        cost; at most :attr:`~celery_pause.model.limit.Limit.most_cost`)."""
-        name = permits.limit.cost
-        return 1.0 if name is None else min(self._cost(request, name), permits.limit.most_cost)
 
     def _note_backlog(self) -> None:
         """Keep :attr:`backed_up`: a queue stops at ``backlog`` waiting, resumes at half."""

@@ -12,7 +12,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable
 
 from celery.worker.request import Request
 
@@ -56,20 +56,14 @@ class Permits:
         self.paced = limit.rate is not None
         """Whether a start needs a start time (of a rate)."""
         self._lock = threading.Lock()
-        self._starts: deque[tuple[float, float]] = deque()
-        """Start times booked for this worker (store times), soonest first, each with the
-        units of the rate it paid for (a cost-weighted limit's tasks pay their cost)."""
+        self._starts: deque[float] = deque()
+        """Start times booked for this worker (store times), soonest first."""
         self._free: list[str] = []
         """Slots of the concurrency taken and not in use."""
         self._busy: dict[str, Request] = {}
         """Slots in use, and the request each one runs."""
         self.waiting = 0
         """Requests waiting in the gate for this limit (kept by the gate)."""
-        self._kept = False
-        """Whether the first start time is kept past its lateness: its task waits for
-        another limit's permit (:meth:`keep_first`)."""
-        self._costs: list[float] = []
-        """What each waiting request costs, in arrival order (those not listed cost 1)."""
         self.retry_at = float("-inf")
         """Store time before which booking start times is not worth asking for."""
         self.known = float("-inf")
@@ -99,66 +93,37 @@ class Permits:
             return not (self.waiting or self._starts or self._free or self._busy)
 
     # -- the gate, on the consumer loop --------------------------------------------------
-    def wait(self, cost: float = 1.0) -> None:
-        """A request costing ``cost`` units of the rate waits for this limit."""
-        self.waiting += 1
-        if cost != 1.0 or self._costs:
-            self._costs.extend([1.0] * (self.waiting - 1 - len(self._costs)) + [cost])
-
-    def clear_waiting(self) -> None:
-        """No request waits any more (the gate takes them all out, to wait again or start)."""
-        self.waiting = 0
-        self._costs.clear()
-
-    def ready(self, now: float, cost: float = 1.0) -> bool:
-        """Whether a task costing ``cost`` may start at store time ``now`` (start times whose
-        turn passed longer ago than their lateness allows are dropped, not caught up on; one
-        paid for a cheaper task, which the gate no longer holds, too: its turn is lost)."""
+    def ready(self, now: float) -> bool:
+        """Whether one task may start at store time ``now`` (start times whose turn passed
+        longer ago than their lateness allows are dropped, not caught up on)."""
         with self._lock:
             self._drop_late(now)
             if self._risen(now):
                 return True
-            if self.paced:
-                if not (self._starts and self._starts[0][0] <= now):
-                    return False
-                if self._starts[0][1] < cost:
-                    self._starts.popleft()
-                    self._kept = False
-                    return False
+            if self.paced and not (self._starts and self._starts[0] <= now):
+                return False
             return self.concurrency is None or bool(self._free)
 
-    def keep_first(self) -> None:
-        """Keep the first start time, due now, past its lateness: its task waits for the
-        permit of another limit that covers it (the times of two limits rarely fall due
-        together; one kept time per limit is no burst)."""
-        with self._lock:
-            self._kept = bool(self._starts)
-
     def _drop_late(self, now: float) -> None:
-        """Drop the start times too late to spend at ``now`` (under the lock), but a first
-        one kept."""
+        """Drop the start times too late to spend at ``now`` (under the lock)."""
         if not self._starts:
             return
         late = lateness(self.limit.rate_at(now))
-        first = self._starts.popleft() if self._kept else None
-        while self._starts and self._starts[0][0] < now - late:
+        while self._starts and self._starts[0] < now - late:
             self._starts.popleft()
-        if first is not None:
-            self._starts.appendleft(first)
 
     def spend(self, request: Request) -> None:
         """``request`` starts: spend a start time and bind a slot to it (after :meth:`ready`)."""
         with self._lock:
             if self.paced and self._starts:
                 self._starts.popleft()
-                self._kept = False
             if self.concurrency is not None:
                 self._busy[self._free.pop()] = request
 
     def next_start(self) -> float | None:
         """Store time of the next start time reserved, if any."""
         with self._lock:
-            return self._starts[0][0] if self._starts else None
+            return self._starts[0] if self._starts else None
 
     # -- the store thread --------------------------------------------------------------------
     def ended(
@@ -223,33 +188,26 @@ class Permits:
             first, most = SLOT_CHECK
             self._next_slot_ask = time.monotonic() + min(first * 2**self._slot_misses, most)
 
-    def starts_wanted(self, now: float) -> list[float]:
-        """What the waiting requests that have no start time yet cost, of those to book one
-        for now, in turn (none if enough are booked, or it is not worth asking)."""
+    def starts_wanted(self, now: float) -> int:
+        """How many start times to book now (0 if enough are, or it is not worth asking)."""
         with self._lock:
-            if not self.paced or now < self.retry_at or self._risen(now):
-                return []
+            if not self.paced or now < self.retry_at:
+                return 0
+            if self._risen(now):
+                return 0
             self._drop_late(now)
             short = self.waiting - len(self._starts)
-            if short <= 0:
-                return []
-            booked = len(self._starts)
-            costs = self._costs[booked:] + [1.0] * (short - max(0, len(self._costs) - booked))
-            return costs[: run_length(max(1.0, self.limit.rate_at(now)), costs)]
+            return run_length(max(1.0, self.limit.rate_at(now)), short) if short > 0 else 0
 
     def _risen(self, now: float) -> bool:
         """Whether a ramp is over at ``now``: its scope is unlimited from then on."""
         rise = self.limit.rise
         return rise is not None and now >= rise[0] + rise[1]
 
-    def add_starts(
-        self, times: Sequence[float], retry_at: float, known: float, costs: Sequence[float] = ()
-    ) -> None:
-        """The start times a booking got (for tasks of ``costs``; those not listed cost 1),
-        when to ask again, and the record it left."""
-        paid = [*costs[: len(times)], *[1.0] * (len(times) - len(costs))]
+    def add_starts(self, times: Iterable[float], retry_at: float, known: float) -> None:
+        """The start times a booking got, when to ask again, and the record it left."""
         with self._lock:
-            self._starts.extend(zip(times, paid, strict=True))
+            self._starts.extend(times)
             self.retry_at = retry_at
             self.known = known
 
@@ -258,7 +216,6 @@ class Permits:
         with self._lock:
             if not self.waiting:
                 self._starts.clear()
-                self._kept = False
 
     def held_slots(self) -> list[str]:
         with self._lock:
@@ -279,7 +236,7 @@ class Permits:
                 times.append(now + ENDED_CHECK)
             if self.waiting:
                 if self._starts:
-                    times.append(self._starts[0][0])
+                    times.append(self._starts[0])
                 elif self.paced:
                     times.append(max(self.retry_at, now))
                 if self.concurrency is not None and not self._free:
