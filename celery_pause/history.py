@@ -81,9 +81,7 @@ class HistoryEntry:
             "start_at": self.start_at,
             "skipped": self.skipped,
             "ramp": self.ramp,
-            "rate": None if self.limit is None else self.limit.rate,
-            "concurrency": None if self.limit is None else self.limit.concurrency,
-            **({} if self.limit is None or self.limit.per is None else {"per": self.limit.per}),
+            **({"rate": None, "concurrency": None} if self.limit is None else self.limit.to_json()),
         }
 
     @classmethod

@@ -35,6 +35,7 @@ def throttle(
     workers: Iterable[str] | str | None = None,
     labels: Labels = None,
     per: str | None = None,
+    cost: str | None = None,
     resume_after: timedelta | float | None = None,
     resume_at: datetime | float | None = None,
     start_at: datetime | float | None = None,
@@ -49,9 +50,10 @@ def throttle(
     """Limit the tasks of ``queues``, named ``tasks``, on ``workers`` to a cluster-wide
     ``rate`` and/or ``concurrency``: a hold that slows its scope instead of stopping it.
 
-    A throttle on the same scope as a manual one replaces it (the dial turned); every
-    other hold stays. Where several limits cover a task each one counts it and the
-    strictest decides; a pause beats any limit. ``resume`` lifts a limit like a pause.
+    A throttle on the same scope as a manual one that counts the same (tasks, or the same
+    ``cost``) replaces it (the dial turned); every other hold stays. Where several limits
+    cover a task each one counts it and the strictest decides; a pause beats any limit.
+    ``resume`` lifts a limit like a pause.
 
     Parameters:
         app: The Celery app whose cluster to throttle.
@@ -69,6 +71,11 @@ def throttle(
         per: A label of ``pause_labels`` (``"tenant"``): the limit applies to each of its
             values apart, every tenant its own, a value seen first getting its own at once;
             a task without the label is not limited.
+        cost: The keyword argument (or message header, which wins) each task says its cost
+            in (``"tokens"``): the rate then counts units, not tasks, and a task starts once
+            its units have accrued. A task without it costs 1; one whose value is not a
+            number of at least 0 costs 1 too, with a warning. A limit with a cost and one
+            without on the same scope both apply (tokens per minute and requests per minute).
         resume_after: Lift the limit by itself that long after its start.
         resume_at: Lift it by itself at that time.
         start_at: Schedule the limit (as :func:`~celery_pause.pause`).
@@ -100,7 +107,7 @@ def throttle(
         resume_at=check_resume(resume_after, resume_at),
         start_at=check_start(start_at),
         by=operator(by, paused_by=paused_by),
-        limit=check_limit(rate, concurrency, per),
+        limit=check_limit(rate, concurrency, per, cost),
     )
     config = config_for(app)
     configured = config.labels

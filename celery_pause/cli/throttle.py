@@ -45,6 +45,11 @@ def check_rate(ctx: click.Context, param: click.Parameter, value: str | None) ->
     help="Apply the limit to each value of this label of pause_labels apart (--per tenant: "
     "every tenant its own).",
 )  # fmt: skip
+@click.option(
+    "--cost", metavar="NAME",
+    help="Count the rate in the units each task says it costs in this keyword argument or "
+    "header (--cost tokens: 90000/m of tokens); a task without it costs 1.",
+)  # fmt: skip
 @placing_options("limit")
 @click.pass_context
 def throttle(
@@ -53,6 +58,7 @@ def throttle(
     rate: str | None,
     concurrency: int | None,
     per: str | None,
+    cost: str | None,
     reason: str | None,
     by: str | None,
     resume_after: timedelta | None,
@@ -81,6 +87,7 @@ def throttle(
             rate=rate,
             concurrency=concurrency,
             per=per,
+            cost=cost,
             reason=reason,
             by=by,
             **names(scope),

@@ -1,8 +1,8 @@
 """The admin API and status page: ``celery -A proj pause serve``.
 
 ``GET /status`` (JSON), ``POST /pause``, ``POST /throttle`` and ``POST /resume`` (JSON
-bodies with the CLI's option names: ``start_at`` and ``beat`` for a pause, ``rate`` and
-``concurrency`` for a throttle, ``hold`` to lift one hold),
+bodies with the CLI's option names: ``start_at`` and ``beat`` for a pause, ``rate``,
+``concurrency``, ``per`` and ``cost`` for a throttle, ``hold`` to lift one hold),
 all behind a bearer token compared in constant time.
 ``GET /`` serves a status page that asks for the token and then shows the holds,
 breakers, workers, queue depths and history, refreshing itself, with pause and
@@ -49,7 +49,8 @@ PAUSE_FIELDS = (
 )  # fmt: skip
 RESUME_FIELDS = (*NAMES, "hold", "force", "by", "ramp")
 THROTTLE_FIELDS = (
-    "rate", "concurrency", "per", "reason", "by", *NAMES, "resume_after", "resume_at", "start_at",
+    "rate", "concurrency", "per", "cost", "reason", "by", *NAMES,
+    "resume_after", "resume_at", "start_at",
 )  # fmt: skip
 STATIC = {
     "/": ("index.html", "text/html; charset=utf-8"),
@@ -186,6 +187,7 @@ class AdminAPI:
             rate=body.get("rate"),
             concurrency=body.get("concurrency"),
             per=_opt_text(body, "per"),
+            cost=_opt_text(body, "cost"),
             reason=_opt_text(body, "reason"),
             by=_opt_text(body, "by") or _caller(request),
             **_scope_names(body),

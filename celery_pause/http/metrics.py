@@ -191,10 +191,14 @@ def limits(view: WorkerView) -> Iterator[Any]:
     )
     rate = _gauge(
         "celery_pause_limit_rate",
-        "Each limit's cluster-wide start rate (tasks/s), by source and hold id.",
-        labels=["source", "hold"],
+        "Each limit's cluster-wide rate a second, by source, hold id and what it counts"
+        " (tasks, or the cost a cost-weighted limit reads).",
+        labels=["source", "hold", "counts"],
     )
-    yield _with(rate, (([h.source, h.id], lim.rate) for h, lim in limited if lim.rate))
+    yield _with(
+        rate,
+        (([h.source, h.id, lim.cost or "tasks"], lim.rate) for h, lim in limited if lim.rate),
+    )
     concurrency = _gauge(
         "celery_pause_limit_concurrency",
         "Each limit's cluster-wide concurrency, by source and hold id.",

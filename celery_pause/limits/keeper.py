@@ -100,7 +100,7 @@ class LimitKeeper:
             self._errors.error("celery-pause: limits: %s; the limited tasks wait", exc)
             failed = True
         now = self.clock()
-        if earned or any(p.waiting and p.ready(now) for p in permits):
+        if earned or any(p.due(now) for p in permits):
             self._pump()  # what was earned before, and start times that came
         wakes = [t for p in permits if (t := p.wake_at(now)) is not None]
         wake = None if not wakes else max(TICK, min(wakes) - now)
@@ -122,7 +122,6 @@ class LimitKeeper:
         fresh = time.monotonic() - permits.renewed < self.ttl * 2 / 3
         kept, freed = permits.ended(_running, reuse=fresh and not share)
         self._give_back(permits, freed)
-        permits.drop_unused_starts()
         return kept
 
     def _earn(self, permits: Permits, held: Counter[str]) -> bool:
@@ -131,9 +130,9 @@ class LimitKeeper:
         holds of each limit (its partitions together), kept up to date."""
         earned = False
         others = held[permits.family] - permits.slots_held()
-        wanted = permits.slots_wanted(self.pool_size - others)
-        if wanted:
-            ids = [f"{self.hostname}/{uuid.uuid4().hex[:10]}" for _ in range(wanted)]
+        slots = permits.slots_wanted(self.pool_size - others)
+        if slots:
+            ids = [f"{self.hostname}/{uuid.uuid4().hex[:10]}" for _ in range(slots)]
             limit = permits.concurrency or 0
             taken = self.store.update_record(
                 slots_key(permits.id),
@@ -145,23 +144,23 @@ class LimitKeeper:
             held[permits.family] += len(taken)
             # a partition refused waits for its own limit now: the gate widens the window
             earned = earned or bool(taken) or permits.value is not None
-        want = permits.starts_wanted(self.clock())
-        if want:
-            starts, retry_at, known = self._book(permits, want)
-            permits.add_starts(starts, retry_at, known)
+        unbooked = permits.starts_wanted(self.clock())
+        if unbooked:
+            starts, retry_at, known = self._book(permits, [cost for _, cost in unbooked])
+            permits.add_starts(unbooked, starts, retry_at, known)
             earned = earned or bool(starts)
         if time.monotonic() - permits.renewed >= self.ttl / 3:
             self._renew(permits)
         return earned
 
-    def _book(self, permits: Permits, want: int) -> tuple[tuple[float, ...], float, float]:
-        """Book ``want`` start times of the rate of ``permits`` in the store: the
+    def _book(self, permits: Permits, costs: list[float]) -> tuple[tuple[float, ...], float, float]:
+        """Book start times of the rate of ``permits`` for tasks of ``costs`` in the store: the
         times, when to ask again, and the record as left (:attr:`Permits.known`). If the
         record is missing, ask since when the store kept its records, and book by that."""
-        starts, retry_at, known, unknown = self._ask(permits, want, None)
+        starts, retry_at, known, unknown = self._ask(permits, costs, None)
         if unknown:
             kept = self._kept()
-            starts, retry_at, known, _ = self._ask(permits, want, kept)
+            starts, retry_at, known, _ = self._ask(permits, costs, kept)
         return starts, retry_at, known
 
     def _kept(self) -> float:
@@ -173,13 +172,13 @@ class LimitKeeper:
         return self.store.update_record(KEPT_KEY, kept_since).result
 
     def _ask(
-        self, permits: Permits, want: int, kept: float | None
+        self, permits: Permits, costs: list[float], kept: float | None
     ) -> tuple[tuple[float, ...], float, float, bool]:
         limit, known = permits.limit, permits.known
         reserved = self.store.update_record(
             rate_key(permits.id),
             lambda record, now: tagged(
-                reserve(record, now, limit=limit, want=want, known=known, kept=kept),
+                reserve(record, now, limit=limit, costs=costs, known=known, kept=kept),
                 permits.value,
             ),
         ).result

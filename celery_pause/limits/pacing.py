@@ -47,6 +47,7 @@ class Pacing:
         target: Callable[[Request], Target],
         backlog: int = 16,
         on_backlog: Callable[[], None] = lambda: None,
+        cost: Callable[[Request, str], float] = lambda request, name: 1.0,
     ) -> None:
         """Nothing in force.
 
@@ -59,11 +60,14 @@ class Pacing:
             backlog: Requests of a queue a limit covers whole that may wait before the
                 worker stops consuming it.
             on_backlog: Called when :attr:`backed_up` changes (the consumers to match).
+            cost: What a request says it costs, by the name a cost-weighted limit reads
+                (:meth:`~celery_pause.worker.reading.TargetReader.cost`).
         """
         self.clock = clock
         self._qos = qos
         self._on_wait = on_wait
         self._target = target
+        self._cost = cost
         self.permits: tuple[Permits, ...] = ()
         """This worker's permits of the ramps and limits in force, but those per label."""
         self.partitions: tuple[Partitions, ...] = ()
@@ -83,6 +87,9 @@ class Pacing:
         their requests waiting here."""
         self.active = False
         """Whether a ramp or a limit is in force (an attribute: the gate reads it per task)."""
+        self._book_on = False
+        """Whether a start spent the last start time that came of a limit (its booking
+        goes on: the store thread is woken once the waiting requests are back)."""
 
     def pace(self, limits: Iterable[Hold]) -> None:
         """Pace the starts of ``limits`` (ramps too) from now on; their permits are kept
@@ -132,6 +139,7 @@ class Pacing:
         if not permits:
             return False
         if not any(p.waiting for p in permits) and self._start(permits, request):
+            self._wake_to_book()
             return False
         first = not self.waiting or any(not p.waiting for p in permits)
         self._wait(request, since, permits, target)
@@ -143,6 +151,9 @@ class Pacing:
     def due(self, blocked: Callable[[Request], bool]) -> tuple[list[Request], list[Waiting]]:
         """The waiting requests that may start now, in arrival order, and those that
         ``blocked`` says a pause holds now (taken out of the wait; the rest waits on)."""
+        now = self.clock()
+        for p in self.all_permits():
+            p.look(now)
         waiting = self.take_waiting()
         starting, blocking = [], []
         for request, since in waiting:
@@ -155,7 +166,7 @@ class Pacing:
                 starting.append(request)
             else:
                 self._wait(request, since, permits, target)
-        self._note_backlog()
+        self._settle()
         return starting, blocking
 
     def take_waiting(self) -> list[Waiting]:
@@ -166,7 +177,7 @@ class Pacing:
             qos.decrement_eventually(len(self._widened))
         self._widened.clear()
         for permits in self.all_permits():
-            permits.waiting = 0
+            permits.clear_waiting()
         self._whole.clear()
         return waiting
 
@@ -175,15 +186,15 @@ class Pacing:
         for request, since in waiting:
             target = self._target(request)
             self._wait(request, since, self.covering(target), target)
-        self._note_backlog()
+        self._settle()
 
     def _start(self, permits: list[Permits], request: Request) -> bool:
         """Whether every ramp and limit covering ``request`` lets it start now (spent if so)."""
         now = self.clock()
-        if not all([p.ready(now) for p in permits]):
+        if not all([p.ready(now, request, self._cost_of(p, request)) for p in permits]):
             return False
-        for p in permits:
-            p.spend(request)
+        resumed = [p.spend(request) for p in permits]
+        self._book_on = self._book_on or any(resumed)
         if any(p.concurrency is not None for p in permits):
             self._on_wait()  # the store thread watches for its end, to pass its slot on
         return True
@@ -191,7 +202,7 @@ class Pacing:
     def _wait(self, request: Request, since: float, permits: list[Permits], target: Target) -> None:
         self.waiting.append((request, since))
         for p in permits:
-            p.waiting += 1
+            p.wait(request, self._cost_of(p, request))
         limits = [p for p in permits if p.limit.rise is None]  # a ramp waits within its window
         if all(p.value is not None and not p.holds_back() for p in limits):
             return  # only the pool's room keeps it (or nothing): it waits within the window
@@ -203,6 +214,27 @@ class Pacing:
         whole = Target(queue=target.queue, worker=target.worker)
         if target.queue and any(p.value is None and p.scope.covers(whole) for p in limits):
             self._whole[target.queue] += 1
+
+    def _cost_of(self, permits: Permits, request: Request) -> float:
+        """The units of ``permits``'s rate ``request`` spends (1 unless the limit weighs
+        cost; at most :attr:`~celery_pause.model.limit.Limit.most_cost`)."""
+        name = permits.limit.cost
+        return 1.0 if name is None else min(self._cost(request, name), permits.limit.most_cost)
+
+    def _settle(self) -> None:
+        """After the waiting requests were taken out and back: the permits forget the start
+        times of those that left, and the queues a backlog stops are noted."""
+        for p in self.all_permits():
+            p.settle()
+        self._note_backlog()
+        self._wake_to_book()
+
+    def _wake_to_book(self) -> None:
+        """Wake the store thread if a start spent the last time that came of a limit: it
+        books for the requests behind it (once every request waits again, not before)."""
+        if self._book_on:
+            self._book_on = False
+            self._on_wait()
 
     def _note_backlog(self) -> None:
         """Keep :attr:`backed_up`: a queue stops at ``backlog`` waiting, resumes at half."""

@@ -3,16 +3,22 @@ adds (:mod:`.keeper`).
 
 The gate (:mod:`celery_pause.worker.gate`) lets a request of a limited scope start only with a
 permit of every limit that covers it (:class:`Permits`): a start time of the limit's
-rate (along its curve, for a ramp) that has come, and a free slot of its concurrency. A start
-time is spent within :func:`~celery_pause.model.limit.lateness` of its turn or dropped (a
-worker that was stalled spends none of the times that passed meanwhile: it books new ones)."""
+rate (along its curve, for a ramp) that has come, and a free slot of its concurrency.
+
+A start time is booked for one waiting request, paid for with what that request costs. One
+that comes while the gate looks is the request's until it starts, however long another limit
+or the requests ahead of it keep it (the times of two limits rarely fall due together);
+while one is unspent, a limit books only for the requests ahead of it, so a worker holds no
+more of them than it had booked ahead (a horizon's worth of the rate at most). A time that
+passed while the gate did not look (the worker stalled) is dropped once later than
+:func:`~celery_pause.model.limit.lateness`, not caught up on: the worker books new ones."""
 
 from __future__ import annotations
 
 import threading
 import time
-from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
 
 from celery.worker.request import Request
 
@@ -25,6 +31,17 @@ ENDED_CHECK = 0.01
 SLOT_CHECK = (0.05, 0.1)
 """Seconds between two asks for a slot while tasks wait for one and this worker has none:
 from the first, doubled at each ask that got none, up to the second."""
+
+
+@dataclass(slots=True)
+class Booked:
+    """A start time (store time) booked for a request."""
+
+    at: float
+    paid: float
+    """The units of the rate it paid for (at least what the request costs)."""
+    came: bool = False
+    """Whether it came while the gate looked: it waits for its request, however late."""
 
 
 class Permits:
@@ -56,14 +73,15 @@ class Permits:
         self.paced = limit.rate is not None
         """Whether a start needs a start time (of a rate)."""
         self._lock = threading.Lock()
-        self._starts: deque[float] = deque()
-        """Start times booked for this worker (store times), soonest first."""
+        self._waiting: list[tuple[Request, float]] = []
+        """Requests waiting for this limit, in arrival order, with the units of the rate each
+        spends (1, or its cost under a cost-weighted limit). Kept by the gate."""
+        self._starts: dict[Request, Booked] = {}
+        """The start time booked for each waiting request that has one."""
         self._free: list[str] = []
         """Slots of the concurrency taken and not in use."""
         self._busy: dict[str, Request] = {}
         """Slots in use, and the request each one runs."""
-        self.waiting = 0
-        """Requests waiting in the gate for this limit (kept by the gate)."""
         self.retry_at = float("-inf")
         """Store time before which booking start times is not worth asking for."""
         self.known = float("-inf")
@@ -73,10 +91,10 @@ class Permits:
         """``time.monotonic()`` at the start of the last renewal of its slots that worked."""
         self._slot_misses = 0
         self._next_slot_ask = 0.0
+        """``time.monotonic()`` before which asking for a slot again is not worth it."""
         self.granted = 0.0
         """``time.monotonic()`` a slot was last taken or kept for a waiting request (the
         partitions of a limit per label ask in that order, the longest without first)."""
-        """``time.monotonic()`` before which asking for a slot again is not worth it."""
 
     @classmethod
     def of_hold(cls, hold: Hold) -> Permits:
@@ -90,40 +108,117 @@ class Permits:
     def idle(self) -> bool:
         """Whether nothing waits and no start time or slot is held."""
         with self._lock:
-            return not (self.waiting or self._starts or self._free or self._busy)
+            return not (self._waiting or self._starts or self._free or self._busy)
+
+    @property
+    def waiting(self) -> int:
+        """How many requests wait for this limit."""
+        return len(self._waiting)
 
     # -- the gate, on the consumer loop --------------------------------------------------
-    def ready(self, now: float) -> bool:
-        """Whether one task may start at store time ``now`` (start times whose turn passed
-        longer ago than their lateness allows are dropped, not caught up on)."""
+    def wait(self, request: Request, cost: float = 1.0) -> None:
+        """``request``, costing ``cost`` units of the rate, waits for this limit."""
+        self._waiting.append((request, cost))
+
+    def clear_waiting(self) -> None:
+        """No request waits any more (the gate takes them all out, to wait again or start)."""
+        self._waiting.clear()
+
+    def look(self, now: float) -> None:
+        """The gate looks at store time ``now``: start times later than their lateness that
+        it did not see come are dropped, those that came now are kept for their requests."""
+        with self._lock:
+            self._drop_late(now)
+            for booked in self._starts.values():
+                booked.came = booked.came or booked.at <= now
+
+    def settle(self) -> None:
+        """Forget the start times of requests that no longer wait (after the gate took them
+        all out and back: one left for a pause, or to be fetched again)."""
+        waiting = {request for request, _ in self._waiting}
+        with self._lock:
+            self._starts = {r: b for r, b in self._starts.items() if r in waiting}
+
+    def ready(self, now: float, request: Request, cost: float = 1.0) -> bool:
+        """Whether ``request``, the first to wait here and costing ``cost``, may start at
+        store time ``now``: a start time has come for it and a slot is free. It may take
+        another request's time that came, paid for as much or more (that one books anew)."""
         with self._lock:
             self._drop_late(now)
             if self._risen(now):
                 return True
-            if self.paced and not (self._starts and self._starts[0] <= now):
+            if self.paced and not self._claim(now, request, cost):
                 return False
             return self.concurrency is None or bool(self._free)
 
-    def _drop_late(self, now: float) -> None:
-        """Drop the start times too late to spend at ``now`` (under the lock)."""
-        if not self._starts:
-            return
-        late = lateness(self.limit.rate_at(now))
-        while self._starts and self._starts[0] < now - late:
-            self._starts.popleft()
+    def _claim(self, now: float, request: Request, cost: float) -> bool:
+        """Whether ``request`` holds a start time that came, taken over from another
+        waiting request if need be (under the lock)."""
+        own = self._starts.get(request)
+        if own is not None and own.at <= now:
+            return True
+        due = [(b.at, r) for r, b in self._starts.items() if b.at <= now and b.paid >= cost]
+        if not due:
+            return False
+        donor = min(due, key=lambda found: found[0])[1]
+        taken = self._starts.pop(donor)
+        self._starts[request] = taken
+        if own is not None and own.paid >= taken.paid:
+            self._starts[donor] = own  # paid for as much: it serves the donor in turn
+        return True
 
-    def spend(self, request: Request) -> None:
-        """``request`` starts: spend a start time and bind a slot to it (after :meth:`ready`)."""
+    def due(self, now: float) -> bool:
+        """Whether the gate is worth waking: a start time came that it has not seen, a
+        slot is free for a waiting request, or a ramp is over."""
         with self._lock:
-            if self.paced and self._starts:
-                self._starts.popleft()
+            if not self._waiting:
+                return False
+            if self._risen(now):
+                return True
+            if self.paced:
+                return any(not b.came and b.at <= now for b in self._starts.values())
+            return self.concurrency is None or bool(self._free)
+
+    def _drop_late(self, now: float) -> None:
+        """Drop the start times that passed unseen longer ago than their lateness (under
+        the lock)."""
+        late = now - lateness(self.limit.rate_at(now))
+        if any(not b.came and b.at < late for b in self._starts.values()):
+            self._starts = {r: b for r, b in self._starts.items() if b.came or b.at >= late}
+
+    def spend(self, request: Request) -> bool:
+        """``request`` starts: spend its start time and bind a slot to it (after
+        :meth:`ready`); whether that was the last time that came (booking goes on for the
+        requests behind it)."""
+        with self._lock:
+            resumed = False
+            if self.paced:
+                spent = self._starts.pop(request, None)
+                resumed = spent is not None and spent.came and not self._holding()
             if self.concurrency is not None:
                 self._busy[self._free.pop()] = request
+            return resumed
+
+    def _holding(self) -> bool:
+        """Whether a start time that came is unspent (under the lock)."""
+        return any(b.came for b in self._starts.values())
+
+    def _unbooked(self) -> list[tuple[Request, float]]:
+        """The waiting requests to book a start time for, in turn (under the lock): those
+        without one, but, while a time that came is unspent, only those ahead of the last
+        such time's request (they keep it from starting)."""
+        waiting = self._waiting
+        if self._holding():
+            came = [
+                i for i, (r, _) in enumerate(waiting) if r in self._starts and self._starts[r].came
+            ]
+            waiting = waiting[: came[-1]] if came else []
+        return [(r, cost) for r, cost in waiting if r not in self._starts]
 
     def next_start(self) -> float | None:
         """Store time of the next start time reserved, if any."""
         with self._lock:
-            return self._starts[0] if self._starts else None
+            return min((b.at for b in self._starts.values()), default=None)
 
     # -- the store thread --------------------------------------------------------------------
     def ended(
@@ -188,34 +283,37 @@ class Permits:
             first, most = SLOT_CHECK
             self._next_slot_ask = time.monotonic() + min(first * 2**self._slot_misses, most)
 
-    def starts_wanted(self, now: float) -> int:
-        """How many start times to book now (0 if enough are, or it is not worth asking)."""
+    def starts_wanted(self, now: float) -> list[tuple[Request, float]]:
+        """The waiting requests that have no start time yet, and what each costs, of those
+        to book one for now, in turn (none if it is not worth asking)."""
         with self._lock:
-            if not self.paced or now < self.retry_at:
-                return 0
-            if self._risen(now):
-                return 0
+            if not self.paced or now < self.retry_at or self._risen(now):
+                return []
             self._drop_late(now)
-            short = self.waiting - len(self._starts)
-            return run_length(max(1.0, self.limit.rate_at(now)), short) if short > 0 else 0
+            wanted = self._unbooked()
+            rate = max(1.0, self.limit.rate_at(now))
+            return wanted[: run_length(rate, [cost for _, cost in wanted])]
 
     def _risen(self, now: float) -> bool:
         """Whether a ramp is over at ``now``: its scope is unlimited from then on."""
         rise = self.limit.rise
         return rise is not None and now >= rise[0] + rise[1]
 
-    def add_starts(self, times: Iterable[float], retry_at: float, known: float) -> None:
-        """The start times a booking got, when to ask again, and the record it left."""
+    def add_starts(
+        self,
+        booked: Sequence[tuple[Request, float]],
+        times: Sequence[float],
+        retry_at: float,
+        known: float,
+    ) -> None:
+        """The start times a booking got for the requests ``booked`` (with what each costs;
+        all or none), when to ask again, and the record it left."""
         with self._lock:
-            self._starts.extend(times)
+            if times:
+                for (request, cost), at in zip(booked, times, strict=True):
+                    self._starts[request] = Booked(at, cost)
             self.retry_at = retry_at
             self.known = known
-
-    def drop_unused_starts(self) -> None:
-        """Forget start times that nothing waits for any more (their turn is lost)."""
-        with self._lock:
-            if not self.waiting:
-                self._starts.clear()
 
     def held_slots(self) -> list[str]:
         with self._lock:
@@ -229,15 +327,14 @@ class Permits:
             self._busy = {slot: req for slot, req in self._busy.items() if slot in kept}
 
     def wake_at(self, now: float) -> float | None:
-        """Store time the store thread should look at this limit again."""
+        """Store time the store thread should look at this limit again: the next start time
+        the gate has not seen come, a booking due, a slot to look for."""
         with self._lock:
-            times = []
+            times = [b.at for b in self._starts.values() if not b.came]
             if self._busy:
                 times.append(now + ENDED_CHECK)
-            if self.waiting:
-                if self._starts:
-                    times.append(self._starts[0])
-                elif self.paced:
+            if self._waiting:
+                if self.paced and self._unbooked():
                     times.append(max(self.retry_at, now))
                 if self.concurrency is not None and not self._free:
                     # another worker may give one back

@@ -11,6 +11,7 @@ match ``<unreadable>`` (``tenant=*``), and a limit per label counts all of them 
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 MAX_VALUE = 200
@@ -40,6 +41,18 @@ def label_value(value: Any) -> str | None:
     if len(text) > MAX_VALUE or not text or not text.isprintable() or not _encodes(text):
         return UNREADABLE
     return text
+
+
+def units(value: Any) -> float | None:
+    """A cost from a message: a finite number of at least 0 (an ``int``, a ``float`` or
+    their text, not a boolean), else ``None``."""
+    if type(value) not in (int, float) and not (type(value) is str and len(value) <= 32):
+        return None
+    try:
+        cost = float(value)
+    except (OverflowError, ValueError):  # an int too large for a float; not a number
+        return None
+    return cost if 0 <= cost < math.inf else None
 
 
 def _encodes(text: str) -> bool:

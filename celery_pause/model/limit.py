@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import hashlib
 import math
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -53,6 +54,9 @@ MAX_CONCURRENCY = 100_000
 """The highest concurrency a limit takes."""
 MAX_RISE = 86400.0
 """The longest a rate may take to rise (a ramped resume), in seconds: a day."""
+MAX_COST_SECONDS = 3600.0
+"""The most one task may cost, in seconds of its rate: a cost above an hour's budget is
+charged an hour's budget (a producer's typo never stops a scope for days)."""
 
 Record = dict[str, Any]
 R = TypeVar("R")
@@ -69,6 +73,9 @@ class Limit:
     per: str | None = None
     rise: tuple[float, float] | None = None
     """Store time the rate starts rising from zero, and seconds until it reaches ``rate``."""
+    cost: str | None = None
+    """The keyword argument (or message header) of a task that says how many units of the
+    rate it spends (``None``: each task spends one)."""
 
     def __post_init__(self) -> None:
         if self.rate is None and self.concurrency is None:
@@ -83,6 +90,13 @@ class Limit:
                 raise ValueError(f"a rate rising over {duration!r} s")
             if self.concurrency is not None or self.per is not None:
                 raise ValueError("a rising rate is neither a concurrency nor per label")
+        if self.cost is not None and (self.rate is None or self.rise is not None):
+            raise ValueError("a cost weighs a rate (not a concurrency, not a ramp)")
+
+    @property
+    def most_cost(self) -> float:
+        """The most one task is charged (:data:`MAX_COST_SECONDS` of the rate)."""
+        return max(1.0, (self.rate or 0.0) * MAX_COST_SECONDS)
 
     @property
     def interval(self) -> float:
@@ -118,10 +132,13 @@ class Limit:
         return start + duration + (total - risen) / rate
 
     def describe(self) -> str:
-        """``10/s``, ``at most 3 at once``, or both; ``rising to 100/s over 10 minutes``."""
+        """``10/s``, ``at most 3 at once``, or both; ``rising to 100/s over 10 minutes``;
+        ``1500/s of tokens``."""
         parts = []
         if self.rate is not None:
             parts.append(format_rate(self.rate))
+        if self.cost is not None:
+            parts[0] += f" of {self.cost}"
         if self.rise is not None:
             parts[0] = f"rising to {parts[0]} over {format_duration(self.rise[1])}"
         if self.concurrency is not None:
@@ -132,28 +149,31 @@ class Limit:
     def to_json(self) -> dict[str, Any]:
         per = {} if self.per is None else {"per": self.per}
         rise = {} if self.rise is None else {"rise": list(self.rise)}
-        return {"rate": self.rate, "concurrency": self.concurrency, **per, **rise}
+        cost = {} if self.cost is None else {"cost": self.cost}
+        return {"rate": self.rate, "concurrency": self.concurrency, **per, **rise, **cost}
 
     @classmethod
     def from_json(cls, data: Any) -> Limit | None:
         """The limit of a stored hold (``None``: the hold pauses); ``ValueError`` or
         ``TypeError`` for anything else."""
         rate, concurrency, per = data.get("rate"), data.get("concurrency"), data.get("per")
-        rise = data.get("rise")
+        rise, cost = data.get("rise"), data.get("cost")
         if rate is None and concurrency is None:
-            if per is not None or rise is not None:
+            if per is not None or rise is not None or cost is not None:
                 raise ValueError("a limit per label or rising needs a rate or a concurrency")
             return None
         if concurrency is not None and type(concurrency) is not int:
             raise TypeError(f"concurrency is {concurrency!r}")
         if per is not None and not isinstance(per, str):
             raise TypeError(f"per is {per!r}")
+        if cost is not None and not isinstance(cost, str):
+            raise TypeError(f"cost is {cost!r}"[:80])
         if rise is not None:
             if not isinstance(rise, list) or len(rise) != 2:
                 raise TypeError(f"rise is {rise!r}"[:80])
             rise = (number(rise[0]), number(rise[1]))
         rate = None if rate is None else number(rate)
-        return cls(rate=rate, concurrency=concurrency, per=per, rise=rise)
+        return cls(rate=rate, concurrency=concurrency, per=per, rise=rise, cost=cost)
 
 
 def format_rate(rate: float) -> str:
@@ -206,18 +226,23 @@ def reserve(
     now: float,
     *,
     limit: Limit,
-    want: int,
+    costs: Sequence[float],
     known: float = -math.inf,
     kept: float | None = -math.inf,
 ) -> Outcome[Record, Reservation]:
-    """Reserve ``want`` consecutive start times of ``limit``'s rate at store time ``now``,
-    all or none (a rising rate's along its curve).
+    """Reserve a start time of ``limit``'s rate for each task of ``costs`` (the units of the
+    rate each spends, in turn) at store time ``now``, all or none (a rising rate's along its
+    curve).
 
-    They are granted when the last lies within :data:`HORIZON` of ``now``; otherwise
-    nothing is, and the reservation says when they would fit. A record the store lost (it is
-    missing, or behind what this worker ``known`` of it) restarts a start past every
-    start time booked before the loss (:func:`lost_by`), written even when the run does not
-    fit yet.
+    A task starts once its units have accrued (it pays first), up to a horizon's worth of the
+    rate (a dearer task pays the rest after it started): one of cost 1 at the record's next
+    start time, one of cost ``c`` ``min(c, rate * HORIZON) - 1`` units later, and the record
+    goes on past every unit spent, holding back what follows. The times are granted when the
+    last lies within :data:`HORIZON` of ``now`` (a lone task always fits by then: none is
+    too dear to start); otherwise nothing is, and the reservation says when they would fit.
+    A record the store lost (it is missing, or behind what this worker ``known`` of it)
+    restarts a start past every start time booked before the loss (:func:`lost_by`), written
+    even when the run does not fit yet.
 
     Parameters:
         known: The record's next start time as this worker last saw it.
@@ -230,14 +255,18 @@ def reserve(
         return Outcome(None, Reservation((), now, tat=stored, unknown=True))
     tat = max(stored, limit.after(lost + HORIZON, 1))
     first = max(tat, now)
-    last = limit.after(first, want - 1)
-    if want < 1 or last > now + HORIZON:
-        retry_at = max(now, last - HORIZON)
+    budget = max(1.0, limit.rate_at(first) * HORIZON)  # what a dear task pays before it starts
+    starts, spent = [], 0.0
+    for cost in costs:
+        paid = spent + min(cost, budget) - 1
+        starts.append(limit.after(first, paid) if paid > 0 else first)
+        spent += cost
+    if not (starts and starts[-1] <= now + HORIZON):
+        retry_at = max(now, (starts[-1] if starts else first) - HORIZON)
         restored = {"tat": tat} if tat > max(stored, now) else None
         return Outcome(restored, Reservation((), retry_at, tat=tat))
-    starts = tuple(limit.after(first, i) if i else first for i in range(want))
-    following = {"tat": limit.after(first, want)}
-    return Outcome(following, Reservation(starts, now, tat=following["tat"]))
+    following = {"tat": limit.after(first, spent)}
+    return Outcome(following, Reservation(tuple(starts), now, tat=following["tat"]))
 
 
 def lost_by(stored: float, now: float, *, known: float, kept: float | None) -> float | None:
@@ -265,10 +294,16 @@ def kept_since(record: Record | None, now: float) -> Outcome[Record, float]:
     return Outcome({"since": now}, now)
 
 
-def run_length(rate: float, waiting: int) -> int:
-    """How many start times a worker with ``waiting`` tasks reserves at once: a quarter of
-    the horizon's worth, so that several workers take turns, never more than wait."""
-    return max(1, min(waiting, math.ceil(rate * HORIZON / 4)))
+def run_length(rate: float, costs: Iterable[float]) -> int:
+    """How many of the waiting tasks ``costs`` a worker reserves start times for at once:
+    a quarter of the horizon's worth of units, so that several workers take turns (at least
+    one task, never more than wait)."""
+    budget, count, spent = math.ceil(rate * HORIZON / 4), 0, 0.0
+    for cost in costs:
+        if count and spent + cost > budget:
+            break
+        count, spent = count + 1, spent + cost
+    return count
 
 
 def next_start(record: Record | None) -> float:

@@ -56,8 +56,9 @@ def place(state: PauseState, now: float, placing: Placing) -> Outcome[PauseState
 
     Raises :class:`InvalidInput` for a start or resume time that is not ahead, and
     :class:`AlreadyPaused` for an overlapping manual pause unless ``placing.force``. A limit
-    replaces the manual limit of the same scope (turning the dial) and leaves every other
-    hold: where several cover a task, the strictest decides, and a pause beats a limit.
+    replaces the manual limit of the same scope that counts the same (tasks, or the same
+    cost: turning the dial) and leaves every other hold: where several cover a task, the
+    strictest decides, and a pause beats a limit.
     """
     start = placing.start_at
     if start is not None and start <= now:
@@ -104,4 +105,9 @@ def _conflict(other: Hold, placed: Hold, now: float) -> bool:
         return False
     if placed.pauses:
         return other.scope.overlaps(placed.scope)
-    return other.scope == placed.scope
+    return other.scope == placed.scope and _cost(other) == _cost(placed)
+
+
+def _cost(hold: Hold) -> str | None:
+    """What a limit's rate counts (``None``: tasks; a pause counts nothing)."""
+    return None if hold.limit is None else hold.limit.cost

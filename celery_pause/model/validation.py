@@ -212,10 +212,16 @@ def check_ramp(ramp: timedelta | float | None) -> float | None:
     return seconds
 
 
-def check_limit(rate: str | float | None, concurrency: int | None, per: str | None = None) -> Limit:
+def check_limit(
+    rate: str | float | None,
+    concurrency: int | None,
+    per: str | None = None,
+    cost: str | None = None,
+) -> Limit:
     """A limit from a rate (Celery's notation: ``10/s``, ``100/m``, ``5/h``, or tasks per
     second) and a concurrency (a whole number), at least one of the two, for each value
-    of the label ``per`` if given (a label's name: ``tenant``)."""
+    of the label ``per`` if given (a label's name: ``tenant``); with ``cost`` (a keyword
+    argument's name: ``tokens``) the rate counts the units each task says it costs."""
     if rate is None and concurrency is None:
         raise InvalidInput("give a rate (e.g. 10/s), a concurrency (e.g. 3), or both")
     per_second = None if rate is None else parse_rate(rate)
@@ -234,7 +240,15 @@ def check_limit(rate: str | float | None, concurrency: int | None, per: str | No
             f"per must name a label (like tenant: a letter or _, then letters, digits, "
             f"_ . -), got {ascii(per)[:80]}"
         )
-    return Limit(rate=per_second, concurrency=concurrency, per=per)
+    if cost is not None:
+        if not isinstance(cost, str) or not LABEL_NAME.match(cost):
+            raise InvalidInput(
+                f"cost must name a keyword argument or header (like tokens: a letter or _, "
+                f"then letters, digits, _ . -), got {ascii(cost)[:80]}"
+            )
+        if per_second is None or concurrency is not None:
+            raise InvalidInput("cost weighs a rate: give --rate alone with it (no concurrency)")
+    return Limit(rate=per_second, concurrency=concurrency, per=per, cost=cost)
 
 
 def parse_rate(rate: str | float) -> float:

@@ -110,6 +110,7 @@ class Gate:
             target=self.target,
             backlog=backlog,
             on_backlog=on_backlog,
+            cost=self.target.cost,
         )
         """Requests let through by the pause that wait for their ramp or limit."""
         self.clock = clock

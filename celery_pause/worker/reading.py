@@ -24,7 +24,7 @@ from typing import Any
 from celery.worker.request import Request
 
 from ..logs import ThrottledLog
-from ..model.content import UNREADABLE, label_value, shown, text_of
+from ..model.content import UNREADABLE, label_value, shown, text_of, units
 from ..model.scope import Target
 
 logger = logging.getLogger(__name__)
@@ -79,6 +79,30 @@ class TargetReader:
             if text is not None:
                 found.append(f"{name}={text}")
         return tuple(found)
+
+    def cost(self, request: Request, name: str) -> float:
+        """The units of a rate ``request`` spends, read from its header or keyword argument
+        ``name``: 1 without one; a value that is not a finite number of at least 0 costs 1
+        too, with a warning."""
+        try:
+            value = _mapping(getattr(request.message, "headers", None)).get(name)
+            if value is None:
+                value = _mapping(request.kwargs).get(name)
+        except Exception as exc:  # a message's content may be of any type at all
+            self.warn(request, "its cost could not be read (%r): it costs 1", exc)
+            return 1.0
+        if value is None:
+            return 1.0
+        cost = units(value)
+        if cost is None:
+            self.warn(
+                request,
+                "cost %s is not a number of at least 0 (%s): it costs 1",
+                name,
+                _kind(value),
+            )
+            return 1.0
+        return cost
 
     def warn(self, request: Request, what: str, *args: Any) -> None:
         """Log, at most once a minute, that task ``request`` could not be read: ``what``."""

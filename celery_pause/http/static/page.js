@@ -64,7 +64,7 @@ function limitText(h, usage) {
   // "pause", or the limit and how much of it the cluster uses.
   if (h.rate === undefined && h.concurrency === undefined) return "pause";
   const parts = [];
-  if (h.rate !== undefined && h.rate !== null) parts.push(h.rate + "/s");
+  if (h.rate !== undefined && h.rate !== null) parts.push(h.rate + "/s" + (h.cost ? " of " + h.cost : ""));
   if (h.concurrency !== undefined && h.concurrency !== null) {
     const running = usage && usage.running !== null && !h.per ? usage.running + " of " : "at most ";
     parts.push(running + h.concurrency + " running");

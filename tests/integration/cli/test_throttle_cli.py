@@ -63,6 +63,8 @@ def status_text(cluster: Cluster, *args: str) -> str:
         ),
         (["--rate", "10/s", "--resume-after", "soon"], ["--resume-after", "not a duration"]),
         (["--rate", "10/s", "-Q", "a,,b"], ["--queues", "empty queue name"]),
+        (["--concurrency", "3", "--cost", "tokens"], ["cost weighs a rate"]),
+        (["--rate", "10/s", "--cost", "to kens"], ["cost must name", "'to kens'"]),
     ],
 )
 def test_bad_input_exits_2_naming_the_problem_and_writes_nothing(
@@ -212,6 +214,34 @@ def test_a_second_throttle_replaces_the_first_and_resume_lifts_it(redis_cluster:
     assert "limit" not in text
     doc = status_doc(redis_cluster)
     assert (doc["holds"], doc["limits"], doc["state"]) == ([], [], "RUNNING")
+
+
+def test_a_limit_of_tokens_and_one_of_requests_stand_side_by_side(redis_cluster: Cluster) -> None:
+    # When a task is limited to 90,000 tokens a minute, then to 500 requests a minute
+    tokens = throttle(redis_cluster, "--tasks", "proj.llm", "--rate", "90000/m", "--cost", "tokens")
+    requests = throttle(redis_cluster, "--tasks", "proj.llm", "--rate", "500/m")
+
+    # Then both are recorded, the second replacing nothing, and shown with what they count
+    assert tokens.exit_code == 0 and requests.exit_code == 0, tokens.output + requests.output
+    assert sorted(h.limit.describe() for h in holds(redis_cluster.app) if h.limit) == [
+        "1500/s of tokens",
+        "500/m",
+    ]
+    text = status_text(redis_cluster)
+    assert "  limit  1500/s of tokens  manual  on task proj.llm" in text
+    assert "  limit  500/m  manual  on task proj.llm" in text
+    costs = [h.get("cost") for h in status_doc(redis_cluster)["holds"]]
+    assert sorted(map(str, costs)) == ["None", "tokens"]
+
+    # And turning the tokens dial replaces the tokens limit alone
+    throttle(redis_cluster, "--tasks", "proj.llm", "--rate", "60000/m", "--cost", "tokens")
+    assert sorted(h.limit.describe() for h in holds(redis_cluster.app) if h.limit) == [
+        "1000/s of tokens",
+        "500/m",
+    ]
+    # ... and the history keeps what each limit counted
+    recorded = [e.limit.describe() for e in celery_pause.history(redis_cluster.app) if e.limit]
+    assert recorded == ["1000/s of tokens", "500/m", "1500/s of tokens"]
 
 
 def test_a_throttle_of_another_queue_keeps_the_first(redis_cluster: Cluster) -> None:

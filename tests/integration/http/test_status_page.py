@@ -226,3 +226,7 @@ def test_the_status_page_throttles_and_shows_the_limit(redis_cluster: Cluster, p
         page.click("#throttle-button")
         expect(page.locator("#message")).to_contain_text("not a rate", timeout=WAIT_MS)
         assert celery_pause.status(redis_cluster.app).limits == (hold,)
+
+        # And a limit of tokens beside it is listed with what it counts
+        celery_pause.throttle(redis_cluster.app, queues=["imports"], rate="1000/s", cost="tokens")
+        expect(page.locator("#holds")).to_contain_text("1000/s of tokens", timeout=WAIT_MS)

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+from typing import cast
+
+from celery.worker.request import Request
+
 from celery_pause.limits.partitions import Partitions
 from celery_pause.model.limit import Limit, partition_id
 from celery_pause.model.scope import Scope, Target
@@ -41,7 +45,7 @@ def test_only_idle_partitions_unused_long_enough_are_forgotten() -> None:
     beta = partitions.of(target("proj.imports.csv", "tenant=beta"))
     assert acme is not None and beta is not None
     assert partitions.prune(idle=60) == [], "a partition just used is kept"
-    beta.waiting = 1  # a request of beta waits
+    beta.wait(cast(Request, object()))  # a request of beta waits
     forgotten = partitions.prune(idle=0)
     assert forgotten == [acme] and partitions.members() == [beta]
     again = partitions.of(target("proj.imports.csv", "tenant=acme"))

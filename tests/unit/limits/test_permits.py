@@ -17,8 +17,27 @@ from celery_pause.model.state import Hold
 from celery_pause.stores.memory import MemoryStore
 
 T = 1_800_000_000.0
-REQUEST = cast(Request, object())
-"""A request to spend a start time on (a rate binds nothing to it)."""
+
+
+def waiting(permits: Permits, count: int) -> list[tuple[Request, float]]:
+    """``count`` requests of cost 1 waiting for ``permits``, in arrival order."""
+    requests = [(cast(Request, object()), 1.0) for _ in range(count)]
+    for request, cost in requests:
+        permits.wait(request, cost)
+    return requests
+
+
+def spend_first(permits: Permits) -> None:
+    """The first waiting request starts (the gate then takes it out of the wait)."""
+    first, *rest = permits._waiting
+    permits.spend(first[0])
+    permits.clear_waiting()
+    for request, cost in rest:
+        permits.wait(request, cost)
+
+
+def first(permits: Permits) -> Request:
+    return permits._waiting[0][0]
 
 
 def limited(rate: float) -> Permits:
@@ -35,47 +54,46 @@ def ramp(start: float, duration: float, peak: float) -> Permits:
 def test_a_worker_that_stalled_spends_only_the_start_times_still_in_time() -> None:
     # Given a worker holding four start times of 10/s, with tasks waiting for each
     permits = limited(10.0)
-    permits.add_starts([T, T + 0.1, T + 0.2, T + 0.3], retry_at=T, known=T + 0.4)
-    permits.waiting = 4
+    booked = waiting(permits, 4)
+    permits.add_starts(booked, [T, T + 0.1, T + 0.2, T + 0.3], retry_at=T, known=T + 0.4)
 
     # When its loop comes back 0.23 s after the first turn (a stall)
     now = T + 0.23
 
-    # Then it starts one task, on the one start time late by less than half an interval;
-    # the two older ones are dropped, not spent at once
-    assert permits.ready(now)
-    permits.spend(REQUEST)
-    permits.waiting = 3
-    assert not permits.ready(now)
+    # Then it starts one task, the first, on the one start time late by less than half an
+    # interval (the third task's); the two older ones are dropped, not spent at once
+    assert permits.ready(now, first(permits))
+    spend_first(permits)
+    assert not permits.ready(now, first(permits))
     assert permits.next_start() == T + 0.3
-    # ... and it books anew for the tasks the dropped times would have started
-    assert permits.starts_wanted(now) == 2
+    # ... and it books anew for the tasks without a start time now, in turn
+    assert permits.starts_wanted(now) == [booked[1], booked[2]]
 
 
 def test_start_times_spent_on_their_turn_are_all_spent() -> None:
     # Given four start times of 10/s, and a loop a few milliseconds late at each turn
     permits = limited(10.0)
-    permits.add_starts([T, T + 0.1, T + 0.2, T + 0.3], retry_at=T, known=T + 0.4)
-    permits.waiting = 4
+    booked = waiting(permits, 4)
+    permits.add_starts(booked, [T, T + 0.1, T + 0.2, T + 0.3], retry_at=T, known=T + 0.4)
 
     # Then each starts a task, none before its turn
     for i in range(4):
-        assert not permits.ready(T + i * 0.1 - 0.001)
-        assert permits.ready(T + i * 0.1 + 0.004)
-        permits.spend(REQUEST)
+        assert not permits.ready(T + i * 0.1 - 0.001, first(permits))
+        assert permits.ready(T + i * 0.1 + 0.004, first(permits))
+        spend_first(permits)
     assert permits.next_start() is None
 
 
 def test_a_ramps_start_times_are_as_late_as_its_rate_at_the_time_allows() -> None:
     # Given a ramp at 40/s now (half of 80/s, halfway through)
     permits = ramp(T - 10, 20.0, 80.0)
-    permits.add_starts([T, T], retry_at=T, known=T + 0.05)
-    permits.waiting = 2
+    booked = waiting(permits, 2)
+    permits.add_starts(booked, [T, T], retry_at=T, known=T + 0.05)
 
     # Then a start time 20 ms late is spent, one 30 ms late is dropped (40/s: 25 ms)
-    assert permits.ready(T + 0.02)
-    permits.spend(REQUEST)
-    assert not permits.ready(T + 0.03)
+    assert permits.ready(T + 0.02, first(permits))
+    spend_first(permits)
+    assert not permits.ready(T + 0.03, first(permits))
     assert permits.next_start() is None
 
 
@@ -84,12 +102,12 @@ def test_the_keeper_books_a_rate_the_store_forgot_past_every_start_time_held() -
     # the first holding start times of 10/s booked for ten waiting tasks
     store = MemoryStore("memory://permits", uuid.uuid4().hex)
     store.update_record(KEPT_KEY, lambda record, now: kept_since(record, now - 3600))
-    first, second = limited(10.0), limited(10.0)
-    for permits in (first, second):
-        permits.waiting = 10
-    keeper(store).pace((first,), [])
-    assert first.next_start() is not None and first.known > time.time()
-    held = first.known
+    early, second = limited(10.0), limited(10.0)
+    for permits in (early, second):
+        waiting(permits, 10)
+    keeper(store).pace((early,), [])
+    assert early.next_start() is not None and early.known > time.time()
+    held = early.known
 
     # When the store forgets everything, and the second worker books, knowing nothing
     store.space.clear()
@@ -102,8 +120,8 @@ def test_the_keeper_books_a_rate_the_store_forgot_past_every_start_time_held() -
     kept = store.read_record(KEPT_KEY)
     assert kept is not None and time.time() - 1 < kept["since"] <= time.time()
     # ... and the first worker, which saw the record ahead, books after it
-    first.retry_at = float("-inf")
-    keeper(store).pace((first,), [])
+    early.retry_at = float("-inf")
+    keeper(store).pace((early,), [])
     again = store.read_record(rate_key("h1"))
     assert again is not None and again["tat"] >= restored["tat"]
 
@@ -118,24 +136,24 @@ def test_a_returning_tenant_is_booked_at_once_on_a_store_that_kept_its_records()
     store = MemoryStore("memory://permits", uuid.uuid4().hex)
     store.update_record(KEPT_KEY, lambda record, now: kept_since(record, now - 3600))
     permits = limited(10.0)
-    permits.waiting = 1
+    waiting(permits, 1)
 
     # When its next task comes
     asked = time.time()
     keeper(store).pace((permits,), [])
 
     # Then its start time is now, not a horizon ahead
-    first = permits.next_start()
-    assert first is not None and first - asked < 0.1
+    booked = permits.next_start()
+    assert booked is not None and booked - asked < 0.1
 
 
 def test_once_a_ramp_is_over_every_waiting_task_starts() -> None:
     # Given a ramp's permits holding a start time of its last second
     permits = ramp(T - 20, 20.0, 40.0)
-    permits.add_starts([T - 0.5], retry_at=T, known=T)
-    permits.waiting = 3
+    booked = waiting(permits, 3)
+    permits.add_starts(booked[:1], [T - 0.5], retry_at=T, known=T)
 
     # Then from its end on the scope is unlimited: each waiting task may start
     for _ in range(3):
-        assert permits.ready(T + 0.1)
-        permits.spend(REQUEST)
+        assert permits.ready(T + 0.1, first(permits))
+        spend_first(permits)

@@ -6,6 +6,8 @@ from __future__ import annotations
 import itertools
 import json
 import math
+from collections.abc import Iterator
+from itertools import repeat
 from typing import Any
 
 import pytest
@@ -41,6 +43,11 @@ from celery_pause.model.validation import check_limit, parse_rate
 PROPERTIES = settings(deadline=None, suppress_health_check=[HealthCheck.too_slow])
 NOW = 1_800_000_000.0  # store time (a power-of-two interval added to it stays exact)
 SLACK = 4 * math.ulp(NOW)  # what rounding store times near NOW may shift a start by
+
+
+def ones(count: int) -> Iterator[float]:
+    """``count`` tasks of cost 1."""
+    return repeat(1.0, count)
 
 
 # -- Limit ------------------------------------------------------------------------------------
@@ -370,9 +377,9 @@ def test_successive_reservations_are_consecutive_exactly_one_interval_apart() ->
     interval = 0.25
 
     # When three workers reserve runs of 2, 2 and 1 start times at the same store time
-    first = reserve(None, NOW, limit=every(interval), want=2)
-    second = reserve(first.value, NOW, limit=every(interval), want=2)
-    third = reserve(second.value, NOW, limit=every(interval), want=1)
+    first = reserve(None, NOW, limit=every(interval), costs=[1.0] * 2)
+    second = reserve(first.value, NOW, limit=every(interval), costs=[1.0] * 2)
+    third = reserve(second.value, NOW, limit=every(interval), costs=[1.0] * 1)
 
     # Then each run follows the one before, without gap or overlap, an interval apart
     assert first.result.times() == [NOW, NOW + 0.25]
@@ -392,41 +399,41 @@ def test_successive_reservations_are_consecutive_exactly_one_interval_apart() ->
 def test_a_run_beyond_the_horizon_is_refused_whole_with_the_time_it_fits() -> None:
     # Given a rate of 4/s whose next start is booked a whole horizon ahead
     interval = 0.25
-    booked = reserve(None, NOW, limit=every(interval), want=4)
+    booked = reserve(None, NOW, limit=every(interval), costs=[1.0] * 4)
     assert booked.result.times() == [NOW, NOW + 0.25, NOW + 0.5, NOW + 0.75]
     record = booked.value
     assert record == {"tat": NOW + HORIZON}
 
     # When a run of two is asked for at once
-    refused = reserve(record, NOW, limit=every(interval), want=2)
+    refused = reserve(record, NOW, limit=every(interval), costs=[1.0] * 2)
 
     # Then none of it is granted (not even the first, which fits), nothing is written,
     # and it says when the run fits
     assert (refused.value, refused.result.count, refused.result.times()) == (None, 0, [])
     assert refused.result.retry_at == NOW + 0.25
     # ... a moment before, it still does not; at that time, the same run fits whole
-    assert reserve(record, NOW + 0.2, limit=every(interval), want=2).result.count == 0
-    fits = reserve(record, refused.result.retry_at, limit=every(interval), want=2)
+    assert reserve(record, NOW + 0.2, limit=every(interval), costs=[1.0] * 2).result.count == 0
+    fits = reserve(record, refused.result.retry_at, limit=every(interval), costs=[1.0] * 2)
     assert fits.result.times() == [NOW + 1.0, NOW + 1.25]
     assert fits.value == {"tat": NOW + 1.5}
     # ... and a single start that lands exactly on the horizon is granted
-    edge = reserve(record, NOW, limit=every(interval), want=1)
+    edge = reserve(record, NOW, limit=every(interval), costs=[1.0] * 1)
     assert edge.result.times() == [NOW + HORIZON]
 
 
 def test_a_reservation_of_nothing_grants_nothing() -> None:
-    outcome = reserve({"tat": NOW}, NOW, limit=every(0.5), want=0)
+    outcome = reserve({"tat": NOW}, NOW, limit=every(0.5), costs=[1.0] * 0)
     assert (outcome.value, outcome.result.count) == (None, 0)
 
 
 def test_no_burst_after_idle() -> None:
     # Given a rate of 2/s last used long ago
-    used = reserve(None, NOW, limit=every(0.5), want=2)
+    used = reserve(None, NOW, limit=every(0.5), costs=[1.0] * 2)
     assert used.value == {"tat": NOW + 1.0}
 
     # When a worker reserves after an hour of idle
     later = NOW + 3600
-    after = reserve(used.value, later, limit=every(0.5), want=2)
+    after = reserve(used.value, later, limit=every(0.5), costs=[1.0] * 2)
 
     # Then its starts begin now and keep the interval: no credit was saved up while idle
     assert after.result.times() == [later, later + 0.5]
@@ -453,7 +460,7 @@ def test_reservations_never_start_closer_than_the_interval_nor_exceed_the_rate(
     granted: list[float] = []
     for advance, want in steps:
         now += advance
-        outcome = reserve(record, now, limit=every(interval), want=want)
+        outcome = reserve(record, now, limit=every(interval), costs=[1.0] * want)
         times = outcome.result.times()
         # Then a run is all or nothing, never starts before now nor ends beyond the horizon
         assert outcome.result.count in (0, want)
@@ -490,29 +497,30 @@ def test_a_refused_run_that_can_fit_fits_at_its_retry_time_and_not_before(
     record = {"tat": NOW + ahead}
 
     # When the run is refused
-    refused = reserve(record, NOW, limit=every(interval), want=want)
+    refused = reserve(record, NOW, limit=every(interval), costs=[1.0] * want)
     if refused.result.count:
         return
 
     # Then at its retry time the same run is granted whole, from the time booked
     retry_at = refused.result.retry_at
     assert retry_at > NOW
-    again = reserve(record, retry_at, limit=every(interval), want=want)
+    again = reserve(record, retry_at, limit=every(interval), costs=[1.0] * want)
     assert again.result.count == want
     assert again.result.times()[0] == NOW + ahead
     # ... and a millisecond before, it is not
-    assert reserve(record, retry_at - 1e-3, limit=every(interval), want=want).result.count == 0
+    early = reserve(record, retry_at - 1e-3, limit=every(interval), costs=[1.0] * want)
+    assert early.result.count == 0
 
 
 def test_run_length_takes_a_quarter_of_the_horizon_never_more_than_wait() -> None:
-    assert run_length(10.0, 100) == 3
-    assert run_length(1000.0, 500) == 250
-    assert run_length(1000.0, 7) == 7
-    assert run_length(0.5, 100) == 1
-    assert run_length(MAX_RATE, 10**9) == 250_000
+    assert run_length(10.0, ones(100)) == 3
+    assert run_length(1000.0, ones(500)) == 250
+    assert run_length(1000.0, ones(7)) == 7
+    assert run_length(0.5, ones(100)) == 1
+    assert run_length(MAX_RATE, ones(10**9)) == 250_000
     # ... so a run never spans more than a quarter of the horizon: it always fits
     for rate in (0.5, 3.0, 4.0, 5.0, 99.0, MAX_RATE):
-        assert (run_length(rate, 10**9) - 1) / rate <= HORIZON / 4
+        assert (run_length(rate, ones(10**9)) - 1) / rate <= HORIZON / 4
 
 
 # -- concurrency: slots ------------------------------------------------------------------------
@@ -832,7 +840,7 @@ def test_records_left_empty_are_deleted_and_a_past_rate_forgotten() -> None:
     # A partition's label value stays in its records while they hold something
     kept = take_slots(record, NOW, limit=2, ids=["w2/b"], ttl=30).value
     assert kept is not None and kept["of"] == "acme"
-    assert tagged(reserve(None, NOW, limit=every(0.2), want=2), "acme").value == {
+    assert tagged(reserve(None, NOW, limit=every(0.2), costs=[1.0] * 2), "acme").value == {
         "tat": NOW + 0.4,
         "of": "acme",
     }

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import itertools
 import math
+from collections.abc import Iterator
+from itertools import repeat
 from typing import Any
 
 import pytest
@@ -25,6 +27,11 @@ from celery_pause.model.limit import (
 
 PROPERTIES = settings(deadline=None, suppress_health_check=[HealthCheck.too_slow])
 NOW = 1_800_000_000.0
+
+
+def ones(count: int) -> Iterator[float]:
+    """``count`` tasks of cost 1."""
+    return repeat(1.0, count)
 
 
 def every(interval: float) -> Limit:
@@ -107,7 +114,7 @@ def test_half_an_interval_would_put_three_starts_in_a_second_at_100_a_minute() -
 # -- a record the store lost ------------------------------------------------------------------
 def test_a_missing_record_asks_since_when_the_store_kept_its_records() -> None:
     # When a record is missing and since when the store kept its records is not known
-    asked = reserve(None, NOW, limit=every(0.1), want=3, kept=None)
+    asked = reserve(None, NOW, limit=every(0.1), costs=[1.0] * 3, kept=None)
 
     # Then nothing is booked nor written: the worker is to ask again, knowing it
     assert (asked.value, asked.result.count, asked.result.unknown) == (None, 0, True)
@@ -124,7 +131,7 @@ def test_a_tenant_that_comes_back_starts_at_once() -> None:
     known = NOW - 10
 
     # When the tenant's next task comes
-    booked = reserve(None, NOW, limit=every(0.1), want=3, known=known, kept=NOW - 3600)
+    booked = reserve(None, NOW, limit=every(0.1), costs=[1.0] * 3, known=known, kept=NOW - 3600)
 
     # Then its run starts now, as after any idle stretch
     assert booked.result.times() == pytest.approx([NOW, NOW + 0.1, NOW + 0.2])
@@ -135,7 +142,7 @@ def test_a_record_the_store_forgot_is_booked_past_every_start_time_held() -> Non
     interval, held = 0.1, []
     record: dict[str, Any] | None = None
     for step in range(30):
-        outcome = reserve(record, NOW + step * 0.05, limit=every(interval), want=3)
+        outcome = reserve(record, NOW + step * 0.05, limit=every(interval), costs=[1.0] * 3)
         record = outcome.value or record
         held += outcome.result.times()
 
@@ -143,14 +150,14 @@ def test_a_record_the_store_forgot_is_booked_past_every_start_time_held() -> Non
     # them books (the store then says it kept its records from now)
     now = NOW + 30 * 0.05
     kept = kept_since(None, now).result
-    first = reserve(None, now, limit=every(interval), want=3, kept=kept)
+    first = reserve(None, now, limit=every(interval), costs=[1.0] * 3, kept=kept)
 
     # Then the record restarts an interval past every time held, written though nothing fits
     assert first.result.count == 0
     assert first.value == {"tat": kept + HORIZON + interval}
     assert first.value["tat"] >= max(held) + interval
     # ... and at its retry time, the run goes on from there: no gap over a horizon
-    again = reserve(first.value, first.result.retry_at, limit=every(interval), want=3)
+    again = reserve(first.value, first.result.retry_at, limit=every(interval), costs=[1.0] * 3)
     assert again.result.times()[0] == pytest.approx(kept + HORIZON + interval)
     assert again.result.times()[0] - now <= HORIZON + interval + 1e-9
 
@@ -161,7 +168,7 @@ def test_a_record_behind_what_this_worker_saw_ahead_was_lost() -> None:
 
     # When it finds it missing, or behind (a failover lost the last writes)
     for stored in (None, {"tat": NOW + 0.2}):
-        booked = reserve(stored, NOW, limit=every(0.1), want=1, known=known, kept=None)
+        booked = reserve(stored, NOW, limit=every(0.1), costs=[1.0] * 1, known=known, kept=None)
 
         # Then it books a horizon and an interval from now, asking nothing more
         assert not booked.result.unknown
@@ -190,7 +197,8 @@ def test_booking_a_ramp_follows_its_curve_whoever_asks() -> None:
     granted: list[float] = []
     for tick in range(2000):
         now = tick / 100
-        done = reserve(record, now, limit=ramp, want=run_length(max(1.0, ramp.rate_at(now)), 3))
+        want = run_length(max(1.0, ramp.rate_at(now)), ones(3))
+        done = reserve(record, now, limit=ramp, costs=[1.0] * want)
         record = done.value or record
         granted += done.result.starts
         assert all(now <= at <= now + HORIZON for at in done.result.starts)
@@ -210,26 +218,27 @@ def test_a_ramp_whose_record_the_store_forgot_goes_on_past_every_start_held() ->
     held: list[float] = []
     now = NOW - 1
     while now < NOW:
-        done = reserve(record, now, limit=RAMP, want=run_length(RAMP.rate_at(now), 100))
+        want = run_length(RAMP.rate_at(now), ones(100))
+        done = reserve(record, now, limit=RAMP, costs=[1.0] * want)
         record = done.value or record
         held += done.result.starts
         now += 0.05
 
     # When the store forgets it and a worker books, knowing nothing, then since when kept
-    assert reserve(None, NOW, limit=RAMP, want=5, kept=None).result.unknown
-    lost = reserve(None, NOW, limit=RAMP, want=5, kept=NOW)
+    assert reserve(None, NOW, limit=RAMP, costs=[1.0] * 5, kept=None).result.unknown
+    lost = reserve(None, NOW, limit=RAMP, costs=[1.0] * 5, kept=NOW)
 
     # Then it books nothing before every start held has passed, nor saves any up
     assert lost.result.starts == ()
     assert lost.value is not None and lost.value["tat"] > max(held)
-    later = reserve(lost.value, lost.result.retry_at, limit=RAMP, want=5)
+    later = reserve(lost.value, lost.result.retry_at, limit=RAMP, costs=[1.0] * 5)
     assert min(later.result.starts) > NOW + HORIZON - 1e-9 >= max(held)
 
 
 def test_a_ramp_books_from_now_not_in_the_past() -> None:
     # When a backlog comes halfway through a ramp nothing asked for before
-    want = run_length(RAMP.rate_at(NOW), 1000)
-    done = reserve(None, NOW, limit=RAMP, want=want)
+    want = run_length(RAMP.rate_at(NOW), ones(1000))
+    done = reserve(None, NOW, limit=RAMP, costs=[1.0] * want)
 
     # Then its run starts now, at the ramp's current rate (20/s), not from its start
     assert done.result.count == want == 5

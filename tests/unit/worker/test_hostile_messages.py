@@ -8,14 +8,11 @@ a gate with a pause of one label value, a limit per label value and a rate limit
 
 from __future__ import annotations
 
-import uuid
 from typing import Any
 
-from celery import Celery
 from celery.worker.request import Request
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
-from kombu import Message
 
 from celery_pause.model.content import MAX_VALUE, UNREADABLE, label_value, shown, text_of
 from celery_pause.model.limit import Limit
@@ -23,35 +20,10 @@ from celery_pause.model.scope import Scope
 from celery_pause.model.state import Hold
 from celery_pause.worker.gate import Gate
 from support.hostile import values
+from support.requests import request_of
 
-app = Celery("hostile", set_as_current=False)
-
-
-@app.task(name="proj.task", shared=False)
-def task(**kwargs: Any) -> None:
-    """The task every request here is of."""
-
-
-TASK = app.tasks["proj.task"]
 LABELS = {"tenant": "tenant_id"}
-
-
 hostile = values
-
-
-def request_of(label: Any, *, header: Any = None, kwargs: Any = None, **fields: Any) -> Request:
-    """A real request of ``proj.task`` whose message carries ``label`` (as its keyword
-    argument, or as its header when ``header`` is true), ``kwargs`` for a whole keyword
-    table, and ``fields`` over its headers (``id``, ``shadow``, ...)."""
-    task_id = str(uuid.uuid4())
-    headers: dict[str, Any] = {"id": task_id, "task": TASK.name, **fields}
-    if header:
-        headers["tenant"] = label
-    body = ((), {"tenant_id": label} if kwargs is None else kwargs, {})
-    message = Message(
-        body=b"", headers=headers, delivery_info={"routing_key": "default", "exchange": ""}
-    )
-    return Request(message, app=app, task=TASK, body=body, decoded=True)
 
 
 def hostile_gate(passed: list[Request]) -> Gate:
