@@ -8,7 +8,7 @@ from celery import Celery
 # its beat_init handler, importing control registers the remote commands, and
 # censor_store_url() (called below) has Celery mask pause_store_url.
 from . import beat, control  # noqa: F401
-from .api import pause, resume, status, throttle
+from .api import pause, resume, spend, status, throttle
 from .api.results import ClusterStatus, PauseResult, ResumeResult, ThrottleResult
 from .breaker.circuit import CircuitBreaker
 from .breaker.status import BreakerStatus, breaker_status, breaker_statuses
@@ -65,6 +65,7 @@ __all__ = (
     "install",
     "pause",
     "resume",
+    "spend",
     "status",
     "throttle",
 )

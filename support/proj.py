@@ -104,6 +104,8 @@ def make_app(
             "labels": labels,
         }
         records.rpush(record_key, recorded(entry))
+        if isinstance(labels.get("spend"), dict):  # what the task really cost
+            celery_pause.spend(**labels["spend"])
         time.sleep(duration)
         done = {"id": self.request.id, "worker_pid": worker_pid(), "finished": time.time()}
         records.rpush(finished_key, json.dumps(done))

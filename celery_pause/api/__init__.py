@@ -11,6 +11,7 @@ from ..model.lifting import lifted_scope
 from .operator import default_operator
 from .pause import pause
 from .resume import resume
+from .spend import spend
 from .status import status
 from .throttle import throttle
 from .waiting import wait_until_quiet
@@ -20,6 +21,7 @@ __all__ = (
     "lifted_scope",
     "pause",
     "resume",
+    "spend",
     "status",
     "throttle",
     "wait_until_quiet",

@@ -26,15 +26,13 @@ from ..logs import ThrottledLog
 from ..model.limit import (
     KEPT_KEY,
     forget_rate,
-    give_back,
     kept_since,
     rate_key,
-    renew_slots,
     reserve,
     slots_key,
     tagged,
-    take_slots,
 )
+from ..model.slots import give_back, renew_slots, take_slots
 from ..stores import Store
 from .permits import Permits
 

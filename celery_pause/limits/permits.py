@@ -126,9 +126,13 @@ class Permits:
 
     def look(self, now: float) -> None:
         """The gate looks at store time ``now``: start times later than their lateness that
-        it did not see come are dropped, those that came now are kept for their requests."""
+        it did not see come are dropped, those that came now are kept for their requests
+        (unless this limit's own concurrency has no slot free: then they stay spendable
+        within their lateness only, as the rate alone would have them)."""
         with self._lock:
             self._drop_late(now)
+            if self.concurrency is not None and not self._free:
+                return  # its own slots hold the requests back: a time kept would bunch starts
             for booked in self._starts.values():
                 booked.came = booked.came or booked.at <= now
 

@@ -14,10 +14,7 @@ The workers share a limit through two records in the store, each changed by a pu
   its times at once), and a record the store lost with everything else (a flush, a restart
   without persistence), or found behind what the booking worker saw, goes on past every time
   still held (a single record lost alone is caught only by a worker that saw it ahead).
-- **concurrency**: the slots taken, each with an expiry. A worker takes one before a task
-  starts and gives it back once the task ended (or keeps it for its next waiting task);
-  it renews the slots it holds with its heartbeat, so a worker that dies gives them back
-  within ``pause_worker_ttl``.
+- **concurrency**: the slots taken, each with an expiry (:mod:`.slots`).
 
 A limit ``per`` a label (``per="tenant"``) is one limit for each value of that label: each
 partition has its own two records (:func:`partition_id`), made when its value is first seen
@@ -256,17 +253,58 @@ def reserve(
     tat = max(stored, limit.after(lost + HORIZON, 1))
     first = max(tat, now)
     budget = max(1.0, limit.rate_at(first) * HORIZON)  # what a dear task pays before it starts
+    credit = credit_of(record, now)
     starts, spent = [], 0.0
     for cost in costs:
-        paid = spent + min(cost, budget) - 1
+        pay = max(0.0, cost - credit)  # what tasks spent less than they said pays first
+        credit -= cost - pay
+        paid = spent + min(pay, budget) - 1
         starts.append(limit.after(first, paid) if paid > 0 else first)
-        spent += cost
+        spent += pay
     if not (starts and starts[-1] <= now + HORIZON):
         retry_at = max(now, (starts[-1] if starts else first) - HORIZON)
         restored = {"tat": tat} if tat > max(stored, now) else None
         return Outcome(restored, Reservation((), retry_at, tat=tat))
-    following = {"tat": limit.after(first, spent)}
+    following: Record = {"tat": limit.after(first, spent), **({"credit": credit} if credit else {})}
     return Outcome(following, Reservation(tuple(starts), now, tat=following["tat"]))
+
+
+def charge(
+    record: Record | None, now: float, *, limit: Limit, units: float
+) -> Outcome[Record, float]:
+    """Charge ``units`` more of ``limit``'s rate to its record at store time ``now`` (a
+    task spent more than its message said), or credit them (negative: it spent less); the
+    units charged or credited.
+
+    A charge moves the next start time on (paid from a credit first); a credit is kept
+    beside it (``credit``) for the next tasks booked, never moving it back (a worker would
+    take that for a record the store lost). Nothing unspent is banked: a credit is at most
+    the units booked ahead of ``now``, and lapses once they all passed. A missing record
+    is left missing: its rate starts afresh."""
+    stored = next_start(record)
+    if record is None or stored == -math.inf or units == 0:
+        return Outcome(None, 0.0)
+    credit = credit_of(record, now)
+    if units > 0:
+        owed = max(0.0, units - credit)
+        tat = max(stored, now) + owed * limit.interval
+        return Outcome(_credited({**record, "tat": tat}, credit - (units - owed)), units)
+    ahead = max(0.0, stored - now) * (limit.rate or 0.0)
+    kept = min(ahead, credit - units)
+    return Outcome(_credited(dict(record), kept), -max(0.0, kept - credit))
+
+
+def credit_of(record: Record | None, now: float) -> float:
+    """The units tasks spent less than they said, not yet paid out to later tasks (none
+    once the record's next start time passed: nothing unspent is banked)."""
+    if record is None or next_start(record) <= now:
+        return 0.0
+    return max(0.0, number(record.get("credit", 0.0)))
+
+
+def _credited(record: Record, credit: float) -> Record:
+    record.pop("credit", None)
+    return {**record, "credit": credit} if credit > 0 else record
 
 
 def lost_by(stored: float, now: float, *, known: float, kept: float | None) -> float | None:
@@ -313,42 +351,6 @@ def next_start(record: Record | None) -> float:
     return number(record["tat"])
 
 
-def take_slots(
-    record: Record | None, now: float, *, limit: int, ids: list[str], ttl: float
-) -> Outcome[Record, list[str]]:
-    """Take as many of the slots ``ids`` as the concurrency ``limit`` has free at ``now``
-    (expired ones are free); the ids taken."""
-    slots = live_slots(record, now)
-    free = max(0, limit - len(slots))
-    taken = ids[:free]
-    if not taken:
-        return Outcome(None, [])
-    slots.update((slot, now + ttl) for slot in taken)
-    return Outcome({**(record or {}), "slots": slots}, taken)
-
-
-def give_back(record: Record | None, now: float, *, ids: list[str]) -> Outcome[Record, int]:
-    """Free the slots ``ids`` (and every expired one); how many of ``ids`` were held."""
-    slots = live_slots(record, now)
-    held = [slot for slot in ids if slot in slots]
-    for slot in held:
-        del slots[slot]
-    if record is not None and len(slots) == len(record.get("slots", {})):
-        return Outcome(None, 0)
-    return Outcome(_slots_record(record, slots), len(held))
-
-
-def renew_slots(
-    record: Record | None, now: float, *, ids: list[str], ttl: float
-) -> Outcome[Record, list[str]]:
-    """Extend the slots ``ids`` to ``now + ttl``; those that had expired are lost (the ids
-    still held are returned)."""
-    slots = live_slots(record, now)
-    held = [slot for slot in ids if slot in slots]
-    slots.update((slot, now + ttl) for slot in held)
-    return Outcome(_slots_record(record, slots), held)
-
-
 def forget_rate(record: Record | None, now: float) -> Outcome[Record, bool]:
     """Delete a rate's record whose start times all passed (it then limits nothing a
     missing record would not): whether it was."""
@@ -363,23 +365,6 @@ def tagged(outcome: Outcome[Record, R], value: str | None) -> Outcome[Record, R]
     if value is None or not outcome.value:
         return outcome
     return Outcome({**outcome.value, "of": value}, outcome.result)
-
-
-def _slots_record(record: Record | None, slots: dict[str, float]) -> Record:
-    """The slots record holding ``slots`` (empty, so deleted, when there are none)."""
-    if not slots:
-        return {}
-    return {**({} if record is None else record), "slots": slots}
-
-
-def live_slots(record: Record | None, now: float) -> dict[str, float]:
-    """The slots taken and not expired at ``now``: id to expiry."""
-    if record is None:
-        return {}
-    slots = record.get("slots", {})
-    if not isinstance(slots, dict):
-        raise TypeError(f"slots is {type(slots).__name__}")
-    return {str(slot): expiry for slot, expiry in slots.items() if number(expiry) > now}
 
 
 def partition_id(hold_id: str, value: str) -> str:

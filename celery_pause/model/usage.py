@@ -5,7 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from .limit import Limit, Record, live_slots, next_start
+from .limit import Limit, Record, next_start
+from .slots import live_slots
 
 BUSIEST = 5
 """Partitions of a limit per label a status names (it counts the rest)."""

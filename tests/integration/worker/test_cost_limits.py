@@ -117,3 +117,31 @@ def test_tokens_and_requests_on_one_scope_both_apply_and_bad_costs_cost_one(
     windows = [sum(counts[i : i + 10]) for i in range(len(counts) - 9)]
     assert windows and all(90 <= w <= 110 for w in windows), f"10 s windows {windows}"
     assert all(worker.proc is not None and worker.proc.poll() is None for worker in workers)
+
+
+def test_tasks_that_settle_what_they_spent_hold_the_cluster_to_what_they_really_cost(
+    cost_cell: tuple[Cluster, str],
+) -> None:
+    # Given four workers and 3000 tokens a second
+    cluster, pool = cost_cell
+    four_workers(cluster, pool)
+    celery_pause.throttle(cluster.app, rate="3000/s", cost="tokens", wait=True)
+
+    # When 450 tasks whose messages say 50 tokens each really spend 10 to 190 (mean 100),
+    # and say so when they start (celery_pause.spend)
+    rng = random.Random(13)
+    spent = {}
+    for i in range(450):
+        actual = rng.randint(10, 190)
+        spent[cluster.send(f"s{i}", kwargs={"tokens": 50, "spend": {"tokens": actual}})] = actual
+    sent_at = time.time()
+    records = cluster.wait_records(len(spent), timeout=90)
+
+    # Then every task ran once, and from 2 s in every 5 s window really spent 15,000 tokens
+    # within 15 % (by the messages alone, twice that would start)
+    assert sorted(r["id"] for r in records) == sorted(spent), "lost or duplicated tasks"
+    really = sorted((r["started"], float(spent[r["id"]])) for r in records)
+    seconds = units_per_second(really, sent_at + 2, really[-1][0])
+    assert len(seconds) >= 8, f"the backlog ran out too soon: {len(seconds)} s"
+    windows = [sum(seconds[i : i + 5]) for i in range(len(seconds) - 4)]
+    assert all(12_750 <= w <= 17_250 for w in windows), f"5 s windows {windows}"

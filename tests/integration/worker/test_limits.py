@@ -15,7 +15,8 @@ from typing import Any
 import pytest
 
 import celery_pause
-from celery_pause.model.limit import live_slots, slots_key
+from celery_pause.model.limit import slots_key
+from celery_pause.model.slots import live_slots
 from celery_pause.stores import store_for
 from support.harness import AMQP_BROKER, REDIS_BROKER, Cluster, Worker, stop_all, wait_for
 from support.observe import most_at_once, per_second

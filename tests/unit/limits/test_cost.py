@@ -17,10 +17,21 @@ import pytest
 from celery.worker.request import Request
 from hypothesis import HealthCheck, given, settings
 
+import celery_pause
 from celery_pause.errors import InvalidInput
 from celery_pause.limits.keeper import LimitKeeper
 from celery_pause.limits.permits import Permits
-from celery_pause.model.limit import HORIZON, KEPT_KEY, MAX_COST_SECONDS, Limit, kept_since, reserve
+from celery_pause.model.limit import (
+    HORIZON,
+    KEPT_KEY,
+    MAX_COST_SECONDS,
+    Limit,
+    charge,
+    credit_of,
+    kept_since,
+    reserve,
+)
+from celery_pause.model.outcome import Outcome
 from celery_pause.model.placing import Placing, place
 from celery_pause.model.scope import NOTHING, Scope
 from celery_pause.model.state import Hold, PauseState
@@ -28,7 +39,7 @@ from celery_pause.model.validation import check_limit
 from celery_pause.stores.memory import MemoryStore
 from celery_pause.worker.gate import Gate
 from support.hostile import values
-from support.requests import request_of
+from support.requests import TASK, request_of
 
 NOW = 1_000_000.0
 TOKENS = Limit(rate=100.0, cost="tokens")
@@ -115,6 +126,57 @@ def test_random_costs_over_many_bookings_spend_the_rate_and_no_more() -> None:
         assert abs(spent - 30_000) <= 500, (edge, spent)
     for edge in range(59):
         assert sum(c for at, c in starts if NOW + edge <= at < NOW + edge + 1) <= 6000
+
+
+# -- settling what a task really spent (celery_pause.spend) ------------------------------------
+def test_a_task_that_spent_more_is_charged_the_rest_from_the_next_start_time_on() -> None:
+    # Given a rate of 100 units a second booked half a second ahead, and one gone idle
+    ahead = charge({"tat": NOW + 0.5}, NOW, limit=TOKENS, units=50.0)
+    idle = charge({"tat": NOW - 5.0}, NOW, limit=TOKENS, units=50.0)
+
+    # Then 50 units more hold back the next start by half a second, from now if idle
+    assert ahead.value == {"tat": pytest.approx(NOW + 1.0)} and ahead.result == 50.0
+    assert idle.value == {"tat": pytest.approx(NOW + 0.5)}
+    # And a record the store lost stays lost (its rate starts afresh)
+    assert charge(None, NOW, limit=TOKENS, units=50.0) == Outcome(None, 0.0)
+
+
+def test_a_task_that_spent_less_leaves_a_credit_the_next_tasks_spend_first() -> None:
+    # Given 50 units booked ahead, and a task that spent 30 units less than it said
+    credited = charge({"tat": NOW + 0.5}, NOW, limit=TOKENS, units=-30.0)
+
+    # Then the next start time stays (a worker would take a record moving back for one
+    # the store lost), and 30 units are kept beside it
+    assert credited.value == {"tat": NOW + 0.5, "credit": 30.0} and credited.result == -30.0
+    # When a task of 40 books: it pays 10, the credit the rest
+    booked = reserve(credited.value, NOW, limit=TOKENS, costs=[40.0])
+    assert booked.result.times() == pytest.approx([NOW + 0.59])
+    assert booked.value == {"tat": pytest.approx(NOW + 0.6)}
+
+
+def test_a_credit_banks_nothing_unspent() -> None:
+    # A credit is at most the units booked ahead (20 here), and lapses once they passed
+    capped = charge({"tat": NOW + 0.2}, NOW, limit=TOKENS, units=-100.0)
+    assert capped.value == {"tat": NOW + 0.2, "credit": pytest.approx(20.0)}
+    assert capped.result == pytest.approx(-20.0)
+    assert credit_of(capped.value, NOW + 0.3) == 0.0
+    later = reserve(capped.value, NOW + 0.3, limit=TOKENS, costs=[5.0])
+    assert later.result.times() == pytest.approx([NOW + 0.34])
+    assert later.value == {"tat": pytest.approx(NOW + 0.35)}
+    # And a charge spends a credit before it moves the next start time
+    paid = charge({"tat": NOW + 0.5, "credit": 30.0}, NOW, limit=TOKENS, units=10.0)
+    assert paid.value == {"tat": NOW + 0.5, "credit": 20.0}
+
+
+@pytest.mark.parametrize("value", [-1, math.nan, math.inf, "lots", [5], True, 10**400])
+def test_spend_refuses_what_is_no_cost(value: Any) -> None:
+    with pytest.raises(InvalidInput, match="tokens must be a number of at least 0"):
+        celery_pause.spend(tokens=value)
+
+
+def test_spend_settles_nothing_for_a_task_no_worker_runs() -> None:
+    assert celery_pause.spend(tokens=5) == {}  # no task running
+    assert celery_pause.spend(task=TASK, tokens=5) == {}  # called directly
 
 
 # -- a worker's permits -----------------------------------------------------------------------

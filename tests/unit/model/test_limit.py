@@ -22,20 +22,17 @@ from celery_pause.model.limit import (
     Limit,
     forget_rate,
     format_rate,
-    give_back,
-    live_slots,
     partition_id,
     rate_key,
     records_prefix,
-    renew_slots,
     reserve,
     run_length,
     slots_key,
     tagged,
-    take_slots,
 )
 from celery_pause.model.placing import Placing, place
 from celery_pause.model.scope import EVERYTHING, NOTHING, Scope, Target
+from celery_pause.model.slots import give_back, live_slots, renew_slots, take_slots
 from celery_pause.model.state import UNREADABLE, Hold, PauseState
 from celery_pause.model.usage import Usage
 from celery_pause.model.validation import check_limit, parse_rate
