@@ -17,10 +17,9 @@ from pathlib import Path
 import pytest
 
 import celery_pause
-from support.harness import AMQP_BROKER, REDIS_BROKER, Cluster, Worker
+from support.cells import cell_cluster, four_workers
+from support.harness import Cluster
 from support.observe import per_second
-from support.services import require
-from support.stores import POSTGRESQL_STORE
 
 
 @pytest.fixture(
@@ -32,25 +31,9 @@ from support.stores import POSTGRESQL_STORE
 def cost_cell(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[Cluster, str]]:
     """A private cluster on the cell's broker and store, and the pool its workers run."""
     broker, pool, store = request.param
-    require("Redis", "127.0.0.1", 6379)
-    if broker == "amqp":
-        require("RabbitMQ", "127.0.0.1", 5672)
-    if store == "postgresql":
-        require("PostgreSQL", "127.0.0.1", 5432)
-    cluster = Cluster(
-        broker=AMQP_BROKER if broker == "amqp" else REDIS_BROKER,
-        tmp=tmp_path,
-        store=POSTGRESQL_STORE if store == "postgresql" else None,
-    )
+    cluster = cell_cluster(broker, store, tmp_path)
     yield cluster, pool
     cluster.close()
-
-
-def four_workers(cluster: Cluster, pool: str) -> list[Worker]:
-    workers = [cluster.worker(f"w{i}", pool=pool, concurrency=2) for i in range(4)]
-    for worker in workers:
-        worker.wait_applied()
-    return workers
 
 
 def units_per_second(spent: list[tuple[float, float]], since: float, until: float) -> list[float]:

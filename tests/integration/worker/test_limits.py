@@ -18,11 +18,10 @@ import celery_pause
 from celery_pause.model.limit import slots_key
 from celery_pause.model.slots import live_slots
 from celery_pause.stores import store_for
-from support.harness import AMQP_BROKER, REDIS_BROKER, Cluster, Worker, stop_all, wait_for
+from support.cells import cell_cluster, four_workers
+from support.harness import Cluster, stop_all, wait_for
 from support.observe import most_at_once, per_second
 from support.proj import OTHER_TASK
-from support.services import require
-from support.stores import POSTGRESQL_STORE
 
 CELLS = [
     pytest.param(("redis", "prefork", "redis"), id="redis-prefork-redis-store"),
@@ -36,26 +35,9 @@ CELLS = [
 def limit_cell(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[Cluster, str]]:
     """A private cluster on the cell's broker and store, and the pool its workers run."""
     broker, pool, store = request.param
-    require("Redis", "127.0.0.1", 6379)
-    if broker == "amqp":
-        require("RabbitMQ", "127.0.0.1", 5672)
-    if store == "postgresql":
-        require("PostgreSQL", "127.0.0.1", 5432)
-    cluster = Cluster(
-        broker=AMQP_BROKER if broker == "amqp" else REDIS_BROKER,
-        tmp=tmp_path,
-        store=POSTGRESQL_STORE if store == "postgresql" else None,
-        pause_worker_ttl=6.0,
-    )
+    cluster = cell_cluster(broker, store, tmp_path, pause_worker_ttl=6.0)
     yield cluster, pool
     cluster.close()
-
-
-def four_workers(cluster: Cluster, pool: str, concurrency: int = 2) -> list[Worker]:
-    workers = [cluster.worker(f"w{i}", pool=pool, concurrency=concurrency) for i in range(4)]
-    for worker in workers:
-        worker.wait_applied()
-    return workers
 
 
 def finished(cluster: Cluster, count: int) -> dict[str, float] | None:

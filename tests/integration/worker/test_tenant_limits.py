@@ -18,9 +18,9 @@ import celery_pause
 from celery_pause.model.limit import records_prefix
 from celery_pause.model.usage import Usage
 from celery_pause.stores import store_for
-from support.harness import AMQP_BROKER, REDIS_BROKER, Cluster, Worker, wait_for
+from support.cells import cell_cluster, four_workers
+from support.harness import Cluster, wait_for
 from support.observe import most_at_once, per_second
-from support.services import require
 
 LABELS = {"tenant": "tenant_id"}
 CELLS = [
@@ -33,24 +33,9 @@ CELLS = [
 def tenant_cell(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[Cluster, str]]:
     """A private cluster whose tasks carry a ``tenant`` label, and the pool its workers run."""
     broker, pool = request.param
-    require("Redis", "127.0.0.1", 6379)
-    if broker == "amqp":
-        require("RabbitMQ", "127.0.0.1", 5672)
-    cluster = Cluster(
-        broker=AMQP_BROKER if broker == "amqp" else REDIS_BROKER,
-        tmp=tmp_path,
-        pause_labels=LABELS,
-        pause_worker_ttl=6.0,
-    )
+    cluster = cell_cluster(broker, "redis", tmp_path, pause_labels=LABELS, pause_worker_ttl=6.0)
     yield cluster, pool
     cluster.close()
-
-
-def four_workers(cluster: Cluster, pool: str) -> list[Worker]:
-    workers = [cluster.worker(f"w{i}", pool=pool, concurrency=2) for i in range(4)]
-    for worker in workers:
-        worker.wait_applied()
-    return workers
 
 
 def send(cluster: Cluster, tenant: str, tag: str, duration: float = 0.0) -> str:
