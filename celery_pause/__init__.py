@@ -5,10 +5,12 @@ from __future__ import annotations
 from celery import Celery
 
 # Every import-time side effect of the package, here alone: importing beat connects
-# its beat_init handler, importing control registers the remote commands, and
-# censor_store_url() (called below) has Celery mask pause_store_url.
+# its beat_init handler, importing control registers the remote commands, importing
+# api.overload connects its task_retry handler, and censor_store_url() (called below)
+# has Celery mask pause_store_url.
 from . import beat, control  # noqa: F401
 from .api import pause, resume, spend, status, throttle
+from .api.overload import Overloaded
 from .api.results import ClusterStatus, PauseResult, ResumeResult, ThrottleResult
 from .breaker.circuit import CircuitBreaker
 from .breaker.status import BreakerStatus, breaker_status, breaker_statuses
@@ -47,6 +49,7 @@ __all__ = (
     "InvalidInput",
     "InvalidWindow",
     "Limit",
+    "Overloaded",
     "PauseError",
     "PauseResult",
     "PauseState",

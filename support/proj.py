@@ -11,6 +11,8 @@ from __future__ import annotations
 import json
 import os
 import time
+import urllib.error
+import urllib.request
 from datetime import timedelta
 from typing import Any
 
@@ -25,6 +27,14 @@ RECORDS_URL = "redis://127.0.0.1:6379/13"
 RECORD_TASK = "support.proj.record"
 OTHER_TASK = "support.proj.record_other"
 """A second task type that records the same way, for pauses of one task type."""
+CALL_TASK = "support.proj.call"
+"""Calls a downstream (:mod:`support.downstream`); a 429 raises :class:`Overloaded`."""
+AUTORETRY_TASK = "support.proj.call_autoretry"
+"""Calls it the way Celery users do today: ``autoretry_for`` with a jittered backoff."""
+
+
+class TooManyRequests(Exception):
+    """The downstream answered 429 (the autoretry task's exception)."""
 
 
 def make_app(
@@ -113,6 +123,35 @@ def make_app(
 
     for name in (RECORD_TASK, OTHER_TASK):
         app.task(name=name, bind=True, shared=False)(record)
+
+    def call(self: Any, url: str) -> int:
+        """Call the downstream at ``url`` once: on 200 record the success (with the retries
+        the task spent and its message header ``probe``); on 429 raise what the task's kind
+        raises."""
+        try:
+            urllib.request.urlopen(f"{url}?task={self.request.id}", timeout=10).close()
+        except urllib.error.HTTPError as exc:
+            if exc.code != 429:
+                raise
+            if self.name == AUTORETRY_TASK:
+                raise TooManyRequests(exc.headers.get("Retry-After")) from None
+            wait = exc.headers.get("Retry-After")
+            raise celery_pause.Overloaded(retry_after=wait, why="429 from the downstream") from None
+        entry = {"id": self.request.id, "task": self.name, "tag": "call", "started": time.time(),
+                 "worker": self.request.hostname, "retries": self.request.retries,
+                 "probe": vars(self.request).get("probe")}  # fmt: skip
+        records.rpush(record_key, recorded(entry))
+        return 200
+
+    app.task(name=CALL_TASK, bind=True, shared=False)(call)
+    app.task(
+        name=AUTORETRY_TASK,
+        bind=True,
+        shared=False,
+        autoretry_for=(TooManyRequests,),
+        retry_backoff=True,
+        retry_jitter=True,
+    )(call)
 
     if breaker_options is not None:
         from .breaker_proj import register

@@ -11,18 +11,15 @@ limit.charge`). The worker charged the message's cost when the task started; thi
 from __future__ import annotations
 
 import logging
-from typing import Any
 
 from celery import Task, current_task
 
 from ..errors import InvalidInput, StoreError
-from ..model.content import label_value, units
-from ..model.limit import Limit, charge, partition_id, rate_key
-from ..model.scope import Target
-from ..routing import queue_of
-from ..settings import config_for
+from ..model.content import units
+from ..model.limit import Limit, charge, rate_key
 from ..stores import store_for
 from ..stores.primitives import RecordChange
+from .running import header_of, limits_over
 
 logger = logging.getLogger(__name__)
 
@@ -50,21 +47,13 @@ def spend(*, task: Task | None = None, **costs: float) -> dict[str, float]:
 
 
 def _settle(task: Task, spent: dict[str, float]) -> dict[str, float]:
-    app = task.app
-    store = store_for(app)
+    store = store_for(task.app)
     snapshot = store.read()
-    target = _target(task)
     settled: dict[str, float] = {}
-    for hold in snapshot.state.limits(snapshot.now):
+    for hold, key, _ in limits_over(task, snapshot.state, snapshot.now):
         limit = hold.limit
-        if limit is None or limit.cost not in spent or not hold.scope.covers(target):
+        if limit is None or limit.cost not in spent:
             continue
-        key = hold.id
-        if limit.per is not None:
-            value = _label(task, limit.per)
-            if value is None:
-                continue  # outside a limit per label without the label
-            key = partition_id(hold.id, value)
         difference = min(spent[limit.cost], limit.most_cost) - _said(task, limit)
         if difference:
             updated = store.update_record(rate_key(key), _charging(limit, difference))
@@ -81,36 +70,8 @@ def _said(task: Task, limit: Limit) -> float:
     """The cost the worker charged when the task started (its message's, as the gate read
     it: 1 where it said none, or nothing readable)."""
     assert limit.cost is not None
-    value = _header(task, limit.cost)
+    value = header_of(task, limit.cost)
     if value is None:
         value = (task.request.kwargs or {}).get(limit.cost)
     cost = units(value) if value is not None else None
     return min(1.0 if cost is None else cost, limit.most_cost)
-
-
-def _target(task: Task) -> Target:
-    """Where the task stands in every dimension of a scope, as the gate read it."""
-    request = task.request
-    labels = config_for(task.app).labels
-    found = tuple(f"{name}={value}" for name in labels if (value := _label(task, name)) is not None)
-    return Target(
-        queue=queue_of(task.app, request),
-        task=getattr(request, "shadow", None) or task.name,
-        worker=request.hostname,
-        label=found or None,
-    )
-
-
-def _label(task: Task, name: str) -> str | None:
-    """A label's value: its header, else the keyword argument ``pause_labels`` names."""
-    value = _header(task, name)
-    if value is None:
-        kwarg = config_for(task.app).labels.get(name)
-        value = (task.request.kwargs or {}).get(kwarg) if kwarg else None
-    return label_value(value)
-
-
-def _header(task: Task, name: str) -> Any:
-    """A message header of the running task (the worker hands them over as the request's
-    own fields)."""
-    return vars(task.request).get(name)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from celery import Celery
 
+from ..model.adaptive import adapt_key
 from ..model.limit import Record, rate_key, records_prefix, slots_key
 from ..model.report import known
 from ..model.state import PauseState
@@ -59,6 +60,7 @@ def usage(store: Store, state: PauseState, now: float) -> dict[str, Usage]:
                 store.read_record(slots_key(hold.id)) if hold.limit.concurrency else None,
                 store.read_record(rate_key(hold.id)) if hold.limit.rate else None,
                 now,
+                store.read_record(adapt_key(hold.id)) if hold.limit.adaptive else None,
             )
             if hold.limit.per is None
             else Usage.of_partitions(hold.limit, partition_records(store, hold.id), now)

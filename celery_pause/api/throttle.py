@@ -36,6 +36,7 @@ def throttle(
     labels: Labels = None,
     per: str | None = None,
     cost: str | None = None,
+    adaptive: bool = False,
     resume_after: timedelta | float | None = None,
     resume_at: datetime | float | None = None,
     start_at: datetime | float | None = None,
@@ -76,6 +77,10 @@ def throttle(
             its units have accrued. A task without it costs 1; one whose value is not a
             number of at least 0 costs 1 too, with a warning. A limit with a cost and one
             without on the same scope both apply (tokens per minute and requests per minute).
+        adaptive: ``rate`` and ``concurrency`` are a ceiling: a task of the scope that
+            raises :class:`~celery_pause.Overloaded` cuts them across the cluster (and
+            with its ``retry_after`` nothing of the scope starts until then); they come
+            back by themselves (:doc:`/apis`).
         resume_after: Lift the limit by itself that long after its start.
         resume_at: Lift it by itself at that time.
         start_at: Schedule the limit (as :func:`~celery_pause.pause`).
@@ -107,7 +112,7 @@ def throttle(
         resume_at=check_resume(resume_after, resume_at),
         start_at=check_start(start_at),
         by=operator(by, paused_by=paused_by),
-        limit=check_limit(rate, concurrency, per, cost),
+        limit=check_limit(rate, concurrency, per, cost, adaptive),
     )
     config = config_for(app)
     configured = config.labels

@@ -98,6 +98,9 @@ class CircuitBreaker:
       them, for a dependency that answers "too many requests" rather than being down. Its
       tasks run while it is open (a counted failure goes back to its queue as before);
       the probe, or while half-open the first tasks to start, decide when it closes.
+    - ``adaptive`` (False): with ``throttle``, the rate is a ceiling (``throttle(...,
+      adaptive=True)``): each counted failure while open cuts it, as does a task that
+      raises :class:`~celery_pause.Overloaded` (which also honours its Retry-After).
     """
 
     def __init__(
@@ -121,6 +124,7 @@ class CircuitBreaker:
         max_requeues: int | None = 10,
         ramp: timedelta | float | None = None,
         throttle: str | float | None = None,
+        adaptive: bool = False,
     ) -> None:
         if not isinstance(name, str) or not NAME.match(name):
             raise InvalidInput(
@@ -160,7 +164,9 @@ class CircuitBreaker:
             max_requeues = check_count("max_requeues", max_requeues)
         self.max_requeues = max_requeues
         self.ramp = check_ramp(ramp)
-        self.limit = None if throttle is None else check_limit(throttle, None)
+        if adaptive and throttle is None:
+            raise InvalidInput("adaptive needs throttle: the rate it adapts below")
+        self.limit = None if throttle is None else check_limit(throttle, None, adaptive=adaptive)
         self.policy = Policy(
             fail_max=self.fail_max,
             window=self.window,

@@ -17,6 +17,8 @@ from typing import Any, cast
 from celery import Celery, Task
 from celery.exceptions import Ignore, Reject, Retry
 
+from ..api.overload import Overloaded, cut_limits
+from ..api.running import publish_again
 from ..errors import ConfigurationError, StoreError
 from ..model.outcome import Outcome
 from ..routing import queue_of
@@ -135,7 +137,7 @@ def before_run(breaker: CircuitBreaker, task: Task) -> int | None:
         return None
     # Until its hold is in place the queue may still flow: wait a moment then.
     delay = None if record.hold_id in live else 1.0
-    if not publish_again(breaker, task, delay, dict(request.headers or {})):
+    if not publish_again(task, delay, dict(request.headers or {}), f"circuit {breaker.name}"):
         return None
     message = f"circuit {breaker.name} {record.state}: not started, waits in {queue}"
     raise cast(BaseException, Retry(message, when=delay))
@@ -199,6 +201,8 @@ def task_failed(breaker: CircuitBreaker, task: Task, exc: BaseException) -> Base
             )
         if happened == TRIPPED:
             breaker.place_hold(app, store, record, paused_by=request.hostname or "a worker")
+        elif record.state != CLOSED and breaker.limit is not None and breaker.limit.adaptive:
+            cut_limits(task, Overloaded(why=error))  # its hold limits the tasks: slow them
         elif happened == REOPENED:
             logger.warning(
                 "celery-pause: circuit %s: trial %s failed (%s); open again, next probe in %gs",
@@ -241,7 +245,7 @@ def republish(
             return exc
         headers[REQUEUES_HEADER] = requeues
         delay = breaker.requeue_delay
-    if not publish_again(breaker, task, delay, headers):
+    if not publish_again(task, delay, headers, f"circuit {breaker.name}"):
         if task.acks_late:
             return cast(BaseException, Reject(exc, requeue=True))
         return exc
@@ -250,25 +254,6 @@ def republish(
     return cast(
         BaseException, Retry(f"circuit {breaker.name} {state}: {where}", exc=exc, when=delay)
     )
-
-
-def publish_again(
-    breaker: CircuitBreaker, task: Task, delay: float | None, headers: dict[str, Any]
-) -> bool:
-    """Publish ``task``'s request again, retries unchanged; whether that worked."""
-    request = task.request
-    signature = task.signature_from_request(request, countdown=delay, headers=headers)
-    try:
-        signature.apply_async()
-    except Exception as exc:
-        logger.error(
-            "celery-pause: circuit %s: could not publish %s again: %r",
-            breaker.name,
-            request.id,
-            exc,
-        )
-        return False
-    return True
 
 
 def agent_running(app: Celery, store: Store, breaker: CircuitBreaker) -> bool:

@@ -50,6 +50,11 @@ def check_rate(ctx: click.Context, param: click.Parameter, value: str | None) ->
     help="Count the rate in the units each task says it costs in this keyword argument or "
     "header (--cost tokens: 90000/m of tokens); a task without it costs 1.",
 )  # fmt: skip
+@click.option(
+    "--adaptive", is_flag=True,
+    help="The rate and concurrency are a ceiling: tasks that raise celery_pause.Overloaded "
+    "(a 429) cut them across the cluster, and they come back by themselves.",
+)  # fmt: skip
 @placing_options("limit")
 @click.pass_context
 def throttle(
@@ -59,6 +64,7 @@ def throttle(
     concurrency: int | None,
     per: str | None,
     cost: str | None,
+    adaptive: bool,
     reason: str | None,
     by: str | None,
     resume_after: timedelta | None,
@@ -88,6 +94,7 @@ def throttle(
             concurrency=concurrency,
             per=per,
             cost=cost,
+            adaptive=adaptive,
             reason=reason,
             by=by,
             **names(scope),

@@ -2,7 +2,7 @@
 
 ``GET /status`` (JSON), ``POST /pause``, ``POST /throttle`` and ``POST /resume`` (JSON
 bodies with the CLI's option names: ``start_at`` and ``beat`` for a pause, ``rate``,
-``concurrency``, ``per`` and ``cost`` for a throttle, ``hold`` to lift one hold),
+``concurrency``, ``per``, ``cost`` and ``adaptive`` for a throttle, ``hold`` to lift one hold),
 all behind a bearer token compared in constant time.
 ``GET /`` serves a status page that asks for the token and then shows the holds,
 breakers, workers, queue depths and history, refreshing itself, with pause and
@@ -49,7 +49,7 @@ PAUSE_FIELDS = (
 )  # fmt: skip
 RESUME_FIELDS = (*NAMES, "hold", "force", "by", "ramp")
 THROTTLE_FIELDS = (
-    "rate", "concurrency", "per", "cost", "reason", "by", *NAMES,
+    "rate", "concurrency", "per", "cost", "adaptive", "reason", "by", *NAMES,
     "resume_after", "resume_at", "start_at",
 )  # fmt: skip
 STATIC = {
@@ -188,6 +188,7 @@ class AdminAPI:
             concurrency=body.get("concurrency"),
             per=_opt_text(body, "per"),
             cost=_opt_text(body, "cost"),
+            adaptive=_flag(body, "adaptive"),
             reason=_opt_text(body, "reason"),
             by=_opt_text(body, "by") or _caller(request),
             **_scope_names(body),

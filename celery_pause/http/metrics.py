@@ -14,6 +14,7 @@ from types import ModuleType
 from typing import Any
 
 from ..errors import ConfigurationError
+from ..model.limit import Limit
 from ..model.state import Hold
 from ..monitor.view import Observed, WorkerView
 
@@ -208,6 +209,45 @@ def limits(view: WorkerView) -> Iterator[Any]:
         concurrency,
         (([h.source, h.id], float(lim.concurrency)) for h, lim in limited if lim.concurrency),
     )
+    yield from adapted(view, limited)
+
+
+def adapted(view: WorkerView, limits: list[tuple[Hold, Limit]]) -> Iterator[Any]:
+    """Each adaptive limit's rate and concurrency now, and its last cut, as this worker
+    last read them (a worker that paced none of its tasks has none)."""
+    found = view.snapshot.gate.adapted
+    current = [(h, *found[h.id]) for h, _ in limits if h.id in found]
+    rate = _gauge(
+        "celery_pause_limit_adaptive_rate",
+        "Each adaptive limit's cluster-wide rate a second now (its ceiling is "
+        "celery_pause_limit_rate), by source, hold id and what it counts.",
+        labels=["source", "hold", "counts"],
+    )
+    yield _with(
+        rate,
+        (([h.source, h.id, lim.cost or "tasks"], lim.rate) for h, lim, _ in current if lim.rate),
+    )
+    concurrency = _gauge(
+        "celery_pause_limit_adaptive_concurrency",
+        "Each adaptive limit's cluster-wide concurrency now, by source and hold id.",
+        labels=["source", "hold"],
+    )
+    yield _with(
+        concurrency,
+        (([h.source, h.id], float(lim.concurrency)) for h, lim, _ in current if lim.concurrency),
+    )
+    cut_at = _gauge(
+        "celery_pause_limit_last_cut_timestamp_seconds",
+        "When each adaptive limit was last cut (store time, Unix seconds), by source and hold id.",
+        labels=["source", "hold"],
+    )
+    yield _with(cut_at, (([h.source, h.id], cut.at) for h, _, cut in current if cut))
+    cuts = _gauge(
+        "celery_pause_limit_cuts",
+        "How many times each adaptive limit was cut since it was set, by source and hold id.",
+        labels=["source", "hold"],
+    )
+    yield _with(cuts, (([h.source, h.id], float(cut.count)) for h, _, cut in current if cut))
 
 
 def breakers(view: WorkerView) -> Iterator[Any]:

@@ -23,6 +23,7 @@ from celery.worker.request import Request
 
 from ..errors import StoreError
 from ..logs import ThrottledLog
+from ..model.adaptive import adapt_key, at_level, cut_of, forget_level, level_of
 from ..model.limit import (
     KEPT_KEY,
     forget_rate,
@@ -42,6 +43,9 @@ TICK = 0.005
 """Fewest seconds between two looks, while the consumer loop starts what is due."""
 RETRY = 0.5
 """Seconds before the store is asked again after it failed."""
+ADAPT_READ = 0.1
+"""Seconds an adaptive limit's level is used before it is read again (a cut with a
+Retry-After stops the scope at once anyway: its pause is pushed to every worker)."""
 
 
 class LimitKeeper:
@@ -127,6 +131,10 @@ class LimitKeeper:
         renew its slots when due; whether it earned a permit. ``held``: the slots this worker
         holds of each limit (its partitions together), kept up to date."""
         earned = False
+        if permits.limit.adaptive and time.monotonic() - permits.adapted >= ADAPT_READ:
+            record = self.store.read_record(adapt_key(permits.id))
+            level = level_of(record, self.clock())
+            permits.adapt(at_level(permits.limit, level), cut_of(record))
         others = held[permits.family] - permits.slots_held()
         slots = permits.slots_wanted(self.pool_size - others)
         if slots:
@@ -172,7 +180,7 @@ class LimitKeeper:
     def _ask(
         self, permits: Permits, costs: list[float], kept: float | None
     ) -> tuple[tuple[float, ...], float, float, bool]:
-        limit, known = permits.limit, permits.known
+        limit, known = permits.current, permits.known
         reserved = self.store.update_record(
             rate_key(permits.id),
             lambda record, now: tagged(
@@ -199,6 +207,8 @@ class LimitKeeper:
         self._give_back(permits, permits.held_slots())
         if permits.limit.rate is not None:
             self.store.update_record(rate_key(permits.id), forget_rate)
+        if permits.limit.adaptive:
+            self.store.update_record(adapt_key(permits.id), forget_level)
 
     def _give_back(self, permits: Permits, slots: list[str]) -> None:
         if slots:

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 
 from celery.worker.request import Request
 
+from ..model.adaptive import Cut
 from ..model.limit import Limit, lateness, run_length
 from ..model.scope import Scope, Target
 from ..model.state import Hold
@@ -69,6 +70,12 @@ class Permits:
         """The limit's hold id: the partitions of a limit per label share the pool's room."""
         self.touched = time.monotonic()
         """``time.monotonic()`` a request of a partition last came."""
+        self.current = limit
+        """The limit as it stands now: an adaptive one at its current level (:meth:`adapt`)."""
+        self.adapted = float("-inf")
+        """``time.monotonic()`` the level of an adaptive limit was last read."""
+        self.cut: Cut | None = None
+        """An adaptive limit's last cut, as last read."""
         self.concurrency = limit.concurrency
         self.paced = limit.rate is not None
         """Whether a start needs a start time (of a rate)."""
@@ -101,6 +108,14 @@ class Permits:
         if hold.limit is None:
             raise ValueError(f"hold {hold.id} pauses: it has no permits")
         return cls(id=hold.id, scope=hold.scope, limit=hold.limit)
+
+    def adapt(self, current: Limit, cut: Cut | None) -> None:
+        """An adaptive limit as last read: its rate and concurrency now, and its last cut."""
+        with self._lock:
+            self.current = current
+            self.cut = cut
+            self.concurrency = current.concurrency
+            self.adapted = time.monotonic()
 
     def covers(self, target: Target) -> bool:
         return self.scope.covers(target)
@@ -186,7 +201,7 @@ class Permits:
     def _drop_late(self, now: float) -> None:
         """Drop the start times that passed unseen longer ago than their lateness (under
         the lock)."""
-        late = now - lateness(self.limit.rate_at(now))
+        late = now - lateness(self.current.rate_at(now))
         if any(not b.came and b.at < late for b in self._starts.values()):
             self._starts = {r: b for r, b in self._starts.items() if b.came or b.at >= late}
 
@@ -295,7 +310,7 @@ class Permits:
                 return []
             self._drop_late(now)
             wanted = self._unbooked()
-            rate = max(1.0, self.limit.rate_at(now))
+            rate = max(1.0, self.current.rate_at(now))
             return wanted[: run_length(rate, [cost for _, cost in wanted])]
 
     def _risen(self, now: float) -> bool:

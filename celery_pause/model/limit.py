@@ -73,6 +73,9 @@ class Limit:
     cost: str | None = None
     """The keyword argument (or message header) of a task that says how many units of the
     rate it spends (``None``: each task spends one)."""
+    adaptive: bool = False
+    """The rate and concurrency are a ceiling: overloads cut them, and they come back
+    (:mod:`.adaptive`)."""
 
     def __post_init__(self) -> None:
         if self.rate is None and self.concurrency is None:
@@ -89,6 +92,8 @@ class Limit:
                 raise ValueError("a rising rate is neither a concurrency nor per label")
         if self.cost is not None and (self.rate is None or self.rise is not None):
             raise ValueError("a cost weighs a rate (not a concurrency, not a ramp)")
+        if self.adaptive and self.rise is not None:
+            raise ValueError("a rising rate is not adaptive")
 
     @property
     def most_cost(self) -> float:
@@ -141,22 +146,31 @@ class Limit:
         if self.concurrency is not None:
             parts.append(f"at most {self.concurrency} at once")
         each = "" if self.per is None else f" per {self.per}"
-        return ", ".join(parts) + each
+        adapts = "adaptive, up to " if self.adaptive else ""
+        return adapts + ", ".join(parts) + each
 
     def to_json(self) -> dict[str, Any]:
         per = {} if self.per is None else {"per": self.per}
         rise = {} if self.rise is None else {"rise": list(self.rise)}
         cost = {} if self.cost is None else {"cost": self.cost}
-        return {"rate": self.rate, "concurrency": self.concurrency, **per, **rise, **cost}
+        adaptive = {"adaptive": True} if self.adaptive else {}
+        return {
+            "rate": self.rate,
+            "concurrency": self.concurrency,
+            **per,
+            **rise,
+            **cost,
+            **adaptive,
+        }
 
     @classmethod
     def from_json(cls, data: Any) -> Limit | None:
         """The limit of a stored hold (``None``: the hold pauses); ``ValueError`` or
         ``TypeError`` for anything else."""
         rate, concurrency, per = data.get("rate"), data.get("concurrency"), data.get("per")
-        rise, cost = data.get("rise"), data.get("cost")
+        rise, cost, adaptive = data.get("rise"), data.get("cost"), data.get("adaptive", False)
         if rate is None and concurrency is None:
-            if per is not None or rise is not None or cost is not None:
+            if per is not None or rise is not None or cost is not None or adaptive:
                 raise ValueError("a limit per label or rising needs a rate or a concurrency")
             return None
         if concurrency is not None and type(concurrency) is not int:
@@ -165,12 +179,16 @@ class Limit:
             raise TypeError(f"per is {per!r}")
         if cost is not None and not isinstance(cost, str):
             raise TypeError(f"cost is {cost!r}"[:80])
+        if type(adaptive) is not bool:
+            raise TypeError(f"adaptive is {adaptive!r}"[:80])
         if rise is not None:
             if not isinstance(rise, list) or len(rise) != 2:
                 raise TypeError(f"rise is {rise!r}"[:80])
             rise = (number(rise[0]), number(rise[1]))
         rate = None if rate is None else number(rate)
-        return cls(rate=rate, concurrency=concurrency, per=per, rise=rise, cost=cost)
+        return cls(
+            rate=rate, concurrency=concurrency, per=per, rise=rise, cost=cost, adaptive=adaptive
+        )
 
 
 def format_rate(rate: float) -> str:

@@ -5,7 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from .limit import Limit, Record, next_start
+from .adaptive import Cut, at_level, cut_of, level_of
+from .formatting import format_duration
+from .limit import Limit, Record, format_rate, next_start
 from .slots import live_slots
 
 BUSIEST = 5
@@ -28,12 +30,28 @@ class Usage:
     busiest: tuple[tuple[str, int, float], ...] = ()
     """Of a limit per label: the :data:`BUSIEST` partitions most in use, each as its label
     value, slots taken and seconds booked ahead."""
+    level: float | None = None
+    """Of an adaptive limit: the fraction of its ceiling it allows now."""
+    cut: Cut | None = None
+    """Of an adaptive limit: its last cut, if any."""
+    now: float = 0.0
+    """Store time the records were read."""
 
     @classmethod
-    def of(cls, limit: Limit, slots: Record | None, rate: Record | None, now: float) -> Usage:
+    def of(
+        cls,
+        limit: Limit,
+        slots: Record | None,
+        rate: Record | None,
+        now: float,
+        adapt: Record | None = None,
+    ) -> Usage:
         running = None if limit.concurrency is None else len(live_slots(slots, now))
         booked = None if limit.rate is None else max(0.0, next_start(rate) - now)
-        return cls(running=running, booked=booked)
+        if not limit.adaptive:
+            return cls(running=running, booked=booked)
+        level = level_of(adapt, now)
+        return cls(running=running, booked=booked, level=level, cut=cut_of(adapt), now=now)
 
     @classmethod
     def of_partitions(cls, limit: Limit, records: dict[str, Record], now: float) -> Usage:
@@ -63,12 +81,35 @@ class Usage:
         2 running, …``)."""
         if self.partitions is not None:
             return self._describe_partitions(limit)
-        parts = []
+        parts = self._adapted(limit)
+        current = limit if self.level is None else at_level(limit, self.level)
         if self.running is not None:
-            parts.append(f"{self.running} of {limit.concurrency} running")
+            parts.append(f"{self.running} of {current.concurrency} running")
         if self.booked is not None:
             parts.append("rate fully used" if self.booked > 0 else "rate not fully used")
         return ", ".join(parts)
+
+    def _adapted(self, limit: Limit) -> list[str]:
+        """An adaptive limit's level and last cut: ``now 31.5/s (cut 12s ago from 40/s:
+        429 from the API; held until 0.4s from now)``."""
+        if self.level is None:
+            return []
+        current = at_level(limit, self.level)
+        shown = [] if current.rate is None else [f"{current.rate:.1f}/s"]
+        shown += [] if current.concurrency is None else [f"at most {current.concurrency} at once"]
+        now = ", ".join(shown)
+        if self.cut is None:
+            return [f"now {now} (never cut)"]
+        cut = self.cut
+        peak = at_level(limit, cut.peak)
+        was = format_rate(peak.rate) if peak.rate is not None else f"{peak.concurrency} at once"
+        held = (
+            f"; nothing starts for {cut.until - self.now:.1f}s"
+            if cut.until is not None and cut.until > self.now
+            else ""
+        )
+        ago = format_duration(max(0.0, self.now - cut.at))
+        return [f"now {now} (cut {ago} ago from {was}: {cut.why}{held})"]
 
     def _describe_partitions(self, limit: Limit) -> str:
         head = f"{self.partitions} {limit.per} value{'s' if self.partitions != 1 else ''} in use"
@@ -84,7 +125,8 @@ class Usage:
 
     def to_json(self) -> dict[str, Any]:
         if self.partitions is None:
-            return {"running": self.running, "booked": self.booked}
+            adaptive = {} if self.level is None else {"adaptive": self._adaptive_json()}
+            return {"running": self.running, "booked": self.booked, **adaptive}
         busiest = [{"value": v, "running": r, "booked": b} for v, r, b in self.busiest]
         return {
             "running": self.running,
@@ -92,3 +134,7 @@ class Usage:
             "partitions": self.partitions,
             "busiest": busiest,
         }
+
+    def _adaptive_json(self) -> dict[str, Any]:
+        cut = None if self.cut is None else self.cut.to_json()
+        return {"level": self.level, "cut": cut}

@@ -217,11 +217,13 @@ def check_limit(
     concurrency: int | None,
     per: str | None = None,
     cost: str | None = None,
+    adaptive: bool = False,
 ) -> Limit:
     """A limit from a rate (Celery's notation: ``10/s``, ``100/m``, ``5/h``, or tasks per
     second) and a concurrency (a whole number), at least one of the two, for each value
     of the label ``per`` if given (a label's name: ``tenant``); with ``cost`` (a keyword
-    argument's name: ``tokens``) the rate counts the units each task says it costs."""
+    argument's name: ``tokens``) the rate counts the units each task says it costs;
+    ``adaptive``: both are a ceiling the downstream's overloads cut."""
     if rate is None and concurrency is None:
         raise InvalidInput("give a rate (e.g. 10/s), a concurrency (e.g. 3), or both")
     per_second = None if rate is None else parse_rate(rate)
@@ -248,7 +250,9 @@ def check_limit(
             )
         if per_second is None or concurrency is not None:
             raise InvalidInput("cost weighs a rate: give --rate alone with it (no concurrency)")
-    return Limit(rate=per_second, concurrency=concurrency, per=per, cost=cost)
+    if not isinstance(adaptive, bool):
+        raise InvalidInput(f"adaptive must be true or false, got {ascii(adaptive)[:40]}")
+    return Limit(rate=per_second, concurrency=concurrency, per=per, cost=cost, adaptive=adaptive)
 
 
 def parse_rate(rate: str | float) -> float:

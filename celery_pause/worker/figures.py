@@ -3,8 +3,10 @@ that may be running."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
+from ..model.adaptive import Cut
+from ..model.limit import Limit
 from ..model.scope import Scope, Target
 
 
@@ -46,3 +48,6 @@ class GateFigures:
     for its ramp or limit) is kept: ``pause_max_hold`` returns it to the broker."""
     held_by_task: dict[str, int]
     counters: GateCounters
+    adapted: dict[str, tuple[Limit, Cut | None]] = field(default_factory=dict)
+    """Each adaptive limit the worker paced (by hold id): as it stands now, and its last
+    cut, as last read."""

@@ -285,6 +285,7 @@ class Gate:
             oldest=min(kept, default=None),
             held_by_task=dict(Counter(text_of(req.name) for req, _ in held)),
             counters=replace(self.counters),
+            adapted={p.id: (p.current, p.cut) for p in self.pacing.permits if p.limit.adaptive},
         )
 
     def take(self, request: Any) -> bool:

@@ -70,11 +70,25 @@ function limitText(h, usage) {
     parts.push(running + h.concurrency + " running");
   }
   if (usage && usage.booked) parts.push("rate fully used");
+
   if (h.per) {
     const inUse = usage && usage.partitions !== undefined ? "; " + usage.partitions + " in use" : "";
     parts.push("per " + h.per + inUse);
   }
-  return parts.join(", ");
+  const adaptive = usage && usage.adaptive ? adaptiveText(h, usage.adaptive) : "";
+  return adaptive + parts.join(", ");
+}
+
+function adaptiveText(h, adaptive) {
+  // "adaptive: now 37.5/s (last cut 2026-12-06T03:22:10Z: 429 from payments)".
+  const level = adaptive.level;
+  const now = [];
+  if (h.rate !== undefined && h.rate !== null) now.push((h.rate * level).toFixed(1) + "/s");
+  if (h.concurrency !== undefined && h.concurrency !== null) {
+    now.push(Math.max(1, Math.floor(h.concurrency * level)) + " at once");
+  }
+  const cut = adaptive.cut ? " (last cut " + when(adaptive.cut.at) + ": " + adaptive.cut.why + ")" : " (never cut)";
+  return "adaptive: now " + now.join(", ") + cut + "; up to ";
 }
 
 function when(seconds) {

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import shutil
 from collections.abc import Iterator
 from datetime import datetime, timedelta, timezone
@@ -13,7 +14,9 @@ import pytest
 from celery.schedules import crontab
 
 import celery_pause
+from celery_pause.model.adaptive import adapt_key, overload
 from celery_pause.model.scope import Target
+from celery_pause.stores import store_for
 from support.admin import TOKEN, admin_server
 from support.harness import Cluster
 from support.holds import ramps
@@ -230,3 +233,18 @@ def test_the_status_page_throttles_and_shows_the_limit(redis_cluster: Cluster, p
         # And a limit of tokens beside it is listed with what it counts
         celery_pause.throttle(redis_cluster.app, queues=["imports"], rate="1000/s", cost="tokens")
         expect(page.locator("#holds")).to_contain_text("1000/s of tokens", timeout=WAIT_MS)
+
+        # And an adaptive limit shows its rate now, its ceiling and its last cut
+        adaptive = celery_pause.throttle(
+            redis_cluster.app, queues=["api"], rate="200/s", adaptive=True
+        ).hold
+        store_for(redis_cluster.app).update_record(
+            adapt_key(adaptive.id),
+            lambda record, now: overload(record, now, why="429 from the API", retry_after=None),
+        )
+        expect(page.locator("#holds")).to_contain_text(
+            re.compile(
+                r"adaptive: now 1\d\d\.\d/s \(last cut [0-9T:-]+Z: 429 from the API\); up to 200/s"
+            ),
+            timeout=WAIT_MS,
+        )
