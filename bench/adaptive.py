@@ -181,6 +181,14 @@ def inside_retry_after(answered: list[Call]) -> dict[str, Any]:
     }
 
 
+def per_second(calls: list[list[float]]) -> list[list[int]]:
+    """Calls answered 200 and 429 in each whole second of the schedule."""
+    counts = [[0, 0] for _ in range(int(max((at for at, _ in calls), default=0.0)) + 1)]
+    for at, ok in calls:
+        counts[int(at)][0 if ok else 1] += 1
+    return counts
+
+
 def table(figures: dict[str, Any]) -> str:
     rows: list[tuple[str, ...]] = [
         ("", "adaptive (--rate 200/s --adaptive)", "autoretry_for + retry_backoff")
@@ -221,7 +229,9 @@ def main() -> None:
     raw = run(options.phase)
     figures = analyse(raw)
     if options.json:
-        json.dump({"figures": figures, "raw": raw}, sys.stdout, indent=1)
+        seconds = {name: per_second(run_["calls"]) for name, run_ in raw["runs"].items()}
+        summary = {k: v for k, v in raw.items() if k != "runs"}
+        json.dump({"figures": figures, **summary, "per_second": seconds}, sys.stdout, indent=1)
     else:
         print(table(figures))
         print(f"conditions: {json.dumps(raw['conditions'])}")

@@ -365,6 +365,17 @@ class Cluster:
 
         return wait_for(enough, timeout=timeout, what=f"{count} task starts")
 
+    def spans(self, count: int, timeout: float = 60.0) -> dict[str, tuple[float, float]]:
+        """Each task's start and end by its id, once ``count`` ended."""
+
+        def ended() -> dict[str, float] | None:
+            raw = self.records_client.lrange(self.finished_key, 0, -1)
+            ends = {entry["id"]: entry["finished"] for entry in map(json.loads, raw)}
+            return ends if len(ends) >= count else None
+
+        ends = wait_for(ended, timeout=timeout, what=f"{count} tasks to end")
+        return {r["id"]: (r["started"], ends[r["id"]]) for r in self.records()}
+
     def close(self) -> None:
         for worker in [*self.beats, *self.workers]:
             with suppress(AssertionError):

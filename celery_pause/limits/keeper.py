@@ -43,9 +43,9 @@ TICK = 0.005
 """Fewest seconds between two looks, while the consumer loop starts what is due."""
 RETRY = 0.5
 """Seconds before the store is asked again after it failed."""
-ADAPT_READ = 0.1
-"""Seconds an adaptive limit's level is used before it is read again (a cut with a
-Retry-After stops the scope at once anyway: its pause is pushed to every worker)."""
+ADAPT_READ = 1.0
+"""Seconds an adaptive limit's level (its metrics) may be old while nothing waits for it: a
+worker about to book start times or take slots reads it first."""
 
 
 class LimitKeeper:
@@ -121,8 +121,10 @@ class LimitKeeper:
         ones, unless it must ``share`` the room); whether one was kept for a waiting task."""
         # A slot not renewed for a while may have expired in the store (and been taken
         # by another worker): it is not used again before a renewal confirms it.
+        # Nor is one of an adaptive limit: the level may have been cut since it was taken.
         fresh = time.monotonic() - permits.renewed < self.ttl * 2 / 3
-        kept, freed = permits.ended(_running, reuse=fresh and not share)
+        reuse = fresh and not share and not permits.limit.adaptive
+        kept, freed = permits.ended(_running, reuse=reuse)
         self._give_back(permits, freed)
         return kept
 
@@ -131,11 +133,13 @@ class LimitKeeper:
         renew its slots when due; whether it earned a permit. ``held``: the slots this worker
         holds of each limit (its partitions together), kept up to date."""
         earned = False
-        if permits.limit.adaptive and time.monotonic() - permits.adapted >= ADAPT_READ:
-            record = self.store.read_record(adapt_key(permits.id))
-            level = level_of(record, self.clock())
-            permits.adapt(at_level(permits.limit, level), cut_of(record))
         others = held[permits.family] - permits.slots_held()
+        if permits.limit.adaptive and (
+            permits.slots_wanted(self.pool_size - others)
+            or permits.starts_wanted(self.clock())
+            or time.monotonic() - permits.adapted >= ADAPT_READ
+        ):
+            self._adapt(permits)  # about to ask the store: at the level it has now
         slots = permits.slots_wanted(self.pool_size - others)
         if slots:
             ids = [f"{self.hostname}/{uuid.uuid4().hex[:10]}" for _ in range(slots)]
@@ -158,6 +162,11 @@ class LimitKeeper:
         if time.monotonic() - permits.renewed >= self.ttl / 3:
             self._renew(permits)
         return earned
+
+    def _adapt(self, permits: Permits) -> None:
+        """Read an adaptive limit's level and last cut."""
+        record = self.store.read_record(adapt_key(permits.id))
+        permits.adapt(at_level(permits.limit, level_of(record, self.clock())), cut_of(record))
 
     def _book(self, permits: Permits, costs: list[float]) -> tuple[tuple[float, ...], float, float]:
         """Book start times of the rate of ``permits`` for tasks of ``costs`` in the store: the

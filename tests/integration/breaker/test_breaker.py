@@ -613,3 +613,40 @@ def test_a_throttling_breaker_slows_its_tasks_while_open_and_closes_on_its_probe
     wait_for(lambda: not world.breaker_holds(), timeout=10, what="the breaker to lift its hold")
     ok = world.wait_all_done()
     assert sorted(r["id"] for r in ok) == sorted(world.sent)
+
+
+def test_an_adaptive_throttling_breaker_cuts_its_limit_with_each_failure_while_open(
+    make_breaker_world: Any,
+) -> None:
+    # Given two workers and a breaker that throttles adaptively below 8/s while open
+    world = make_breaker_world(
+        REDIS_BROKER, probe=True, fail_max=3, window=30, reset_timeout=3, throttle="8/s",
+        adaptive=True,
+    )  # fmt: skip
+    world.dependency("down")
+    workers = [world.cluster.worker(name, concurrency=2) for name in ("w1", "w2")]
+    for worker in workers:
+        worker.wait_applied()
+
+    # When tasks fail against it until it opens, and go on failing under its limit
+    world.send(40, duration=0.0)
+    world.wait_state("open")
+    world.wait_paused_everywhere(workers)
+    (hold,) = world.breaker_holds()
+    assert hold.limit is not None and hold.limit.adaptive and hold.limit.rate == 8.0
+
+    # Then each failure while open cuts the limit's level (once a second at most), the cut
+    # saying which failure
+    def cut_twice() -> Any:
+        usage = celery_pause.status(world.app).usage.get(hold.id)
+        return usage if usage is not None and usage.cut and usage.cut.count >= 2 else None
+
+    usage = wait_for(cut_twice, timeout=DEADLINE, what="the failures to cut the limit")
+    assert usage.level is not None and usage.level < 0.85
+    assert "dependency down" in usage.cut.why
+
+    # When the dependency recovers, Then the probe closes it and every task runs once
+    world.dependency("up")
+    world.wait_state("closed")
+    ok = world.wait_all_done()
+    assert sorted(r["id"] for r in ok) == sorted(world.sent)

@@ -7,7 +7,6 @@ The store URL is given as the ``pause_store_url`` setting, not as ``Cluster(stor
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -61,18 +60,6 @@ def cluster_store(app: Celery) -> RedisClusterStore:
     return store
 
 
-def spans(cluster: Cluster, count: int) -> dict[str, tuple[float, float]]:
-    """Each task's start and end by its id, once ``count`` ended."""
-
-    def ended() -> dict[str, float] | None:
-        raw = cluster.records_client.lrange(cluster.finished_key, 0, -1)
-        ends = {entry["id"]: entry["finished"] for entry in map(json.loads, raw)}
-        return ends if len(ends) >= count else None
-
-    ends = wait_for(ended, timeout=60, what=f"{count} tasks to end")
-    return {r["id"]: (r["started"], ends[r["id"]]) for r in cluster.records()}
-
-
 def test_a_pause_holds_every_task_with_the_state_on_one_master(cluster: Cluster) -> None:
     # Given a worker whose store is the Redis Cluster
     worker = cluster.worker("w1")
@@ -116,7 +103,7 @@ def test_a_rate_and_concurrency_limit_hold_the_workers_to_it(cluster: Cluster) -
         what="the limit's records on their masters",
     )
     records = cluster.wait_records(24, timeout=60)
-    ran = spans(cluster, 24)
+    ran = cluster.spans(24)
 
     # And every task ran once, never more than 2 at once, and no faster than the rate
     assert sorted(r["id"] for r in records) == sorted(sent), "lost or duplicated tasks"
@@ -180,7 +167,7 @@ def test_a_limit_per_tenant_spreads_its_partitions_over_the_masters(cluster: Clu
     # And every task ran once; never two of one tenant at once, the tenants side by side
     records = cluster.wait_records(len(sent), timeout=60)
     assert sorted(r["id"] for r in records) == sorted(sent), "lost or duplicated tasks"
-    ran = spans(cluster, len(sent))
+    ran = cluster.spans(len(sent))
     by_tenant: dict[str, list[tuple[float, float]]] = {}
     for record in records:
         by_tenant.setdefault(record["labels"]["tenant_id"], []).append(ran[record["id"]])

@@ -2,8 +2,8 @@
 Retry-After above its capacity (:mod:`support.downstream`).
 
 The cells cover prefork and threads, Redis and RabbitMQ, the state in Redis and in
-PostgreSQL; the task outside any adaptive limit runs on one cell (the rule is the pool
-process's, not the broker's or the store's).
+PostgreSQL; the task outside any adaptive limit and a cut concurrency run on one cell each
+(the rules are the pool process's and the keeper's, not the broker's or the store's).
 """
 
 from __future__ import annotations
@@ -16,9 +16,12 @@ from pathlib import Path
 import pytest
 
 import celery_pause
+from celery_pause.model.adaptive import adapt_key, overload
+from celery_pause.stores import store_for
 from support.cells import cell_cluster, four_workers
 from support.downstream import Call, Downstream
 from support.harness import Cluster
+from support.observe import most_at_once
 from support.proj import CALL_TASK
 
 GRACE = 0.25
@@ -117,3 +120,26 @@ def test_an_overloaded_task_no_adaptive_limit_covers_runs_again_after_its_retry_
     for task in sent:
         tries = [c.at for c in calls if c.task == task]
         assert len(tries) >= 2 and all(b - a >= 0.45 for a, b in itertools.pairwise(tries)), tries
+
+
+@pytest.mark.parametrize("adaptive_cell", [("amqp", "prefork", "redis")], indirect=True)
+def test_a_cut_concurrency_holds_every_worker_to_its_level(
+    adaptive_cell: tuple[Cluster, str],
+) -> None:
+    # Given four workers (eight slots) under an adaptive concurrency of 4, cut once (the
+    # level a task's overload leaves: 85 % of 4 is 3 at once)
+    cluster, pool = adaptive_cell
+    four_workers(cluster, pool)
+    hold = celery_pause.throttle(cluster.app, concurrency=4, adaptive=True, wait=True).hold
+    store_for(cluster.app).update_record(
+        adapt_key(hold.id),
+        lambda record, now: overload(record, now, why="503 from the API", retry_after=None),
+    )
+
+    # When 24 tasks of 0.4 s are sent at once
+    sent = [cluster.send(f"t{i}", 0.4) for i in range(24)]
+    ran = cluster.spans(len(sent))
+
+    # Then every task ran once, and the cluster ran 3 at once: no more, and not fewer
+    assert sorted(ran) == sorted(sent), "lost or duplicated tasks"
+    assert most_at_once(list(ran.values())) == 3
