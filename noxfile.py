@@ -1,8 +1,10 @@
 """The supported Celery releases, each tested with the kombu it ships with.
 
-Per Celery minor release, ``nox`` runs the worker-internals checks and one end-to-end pause
+Per Celery minor release, ``nox`` runs the worker-internals checks, one end-to-end pause
 (prefetched and ETA tasks held, a restarted worker obeys, every task runs once after the
-resume) on Redis and on RabbitMQ. The oldest release runs on the oldest redis-py supported.
+resume) on Redis and on RabbitMQ, and a task raising ``Overloaded`` published again unchanged
+(Celery's ``task_retry`` and ``signature_from_request``). The oldest release runs on the
+oldest redis-py supported.
 ``.ci/run`` runs every session; ``nox -s "compat(celery='5.3')"`` runs one.
 """
 
@@ -35,8 +37,10 @@ CHECKS = (
     "tests/unit/worker/test_pool_support.py",
     "tests/integration/worker/test_green_internals.py",
     "tests/integration/worker/test_pause_holds.py",
+    "tests/integration/worker/test_adaptive_limits.py",
     "-k",
-    "test_pool_support or test_green_internals or nothing_starts_while_paused",
+    "test_pool_support or test_green_internals or nothing_starts_while_paused"
+    " or no_adaptive_limit_covers",
 )
 
 VERSIONS = (

@@ -61,7 +61,7 @@ class Overloaded(Retry):
             ``None``, a value that is not a finite number of at least 0, or an HTTP date,
             waits for nothing (the cut alone slows the scope); above an hour, an hour.
         why: What the downstream said, shown as the limit's last cut (``"429 from the
-            payments API"``; the exception's class name by default).
+            payments API"``; ``overloaded`` by default; control characters are dropped).
     """
 
     def __init__(self, retry_after: Any = None, why: str | None = None) -> None:
@@ -98,6 +98,9 @@ def on_retry(sender: Task | None = None, request: Any = None, reason: Any = None
         covered = cut_limits(sender, reason)
     except StoreError as exc:
         _warned.error("celery-pause: overload of %s not counted: %s", request.id, exc)
+        covered = False
+    except Exception:  # a defect must not lose the task: it still goes back
+        logger.exception("celery-pause: overload of %s not counted", request.id)
         covered = False
     delay = None if covered else (reason.retry_after or UNCOVERED_DELAY)
     if not covered:

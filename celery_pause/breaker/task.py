@@ -201,8 +201,6 @@ def task_failed(breaker: CircuitBreaker, task: Task, exc: BaseException) -> Base
             )
         if happened == TRIPPED:
             breaker.place_hold(app, store, record, paused_by=request.hostname or "a worker")
-        elif record.state != CLOSED and breaker.limit is not None and breaker.limit.adaptive:
-            cut_limits(task, Overloaded(why=error))  # its hold limits the tasks: slow them
         elif happened == REOPENED:
             logger.warning(
                 "celery-pause: circuit %s: trial %s failed (%s); open again, next probe in %gs",
@@ -211,6 +209,9 @@ def task_failed(breaker: CircuitBreaker, task: Task, exc: BaseException) -> Base
                 error,
                 record.reset_timeout or breaker.reset_timeout,
             )
+        adaptive = breaker.limit is not None and breaker.limit.adaptive
+        if adaptive and happened != TRIPPED and record.state != CLOSED:
+            cut_limits(task, Overloaded(why=error))  # its hold limits the tasks: slow them
     except StoreError as exc_store:
         logger.error(
             "celery-pause: circuit %s: cannot record the failure of %s: %s",

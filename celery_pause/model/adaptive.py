@@ -24,12 +24,12 @@ from .outcome import Outcome
 DECREASE = 0.85
 """The fraction of the level a cut keeps (RFC 9438's beta is 0.7: a cut here comes with the
 Retry-After's pause, a loss TCP does not have, so it takes less)."""
-RECOVER = 15.0
-"""Seconds the level takes to come back to its peak after a cut: in a steady downstream,
-one overload (and its Retry-After) per fifteen seconds or so."""
-GROWTH = 0.2
-"""How fast the level grows past its peak: 20 % a second, compounding (three times the peak
-in 6 s), so a downstream whose capacity rose is found within seconds."""
+RECOVER = 12.0
+"""Seconds the level takes to come back to its peak after a cut: in a steady downstream, one
+overload (and its Retry-After) every thirteen seconds or so."""
+GROWTH = 0.3
+"""How fast the level grows past its peak: 30 % a second, compounding (three times the peak
+in 4.2 s), so a downstream whose capacity rose is found within seconds of the recovery."""
 COOL_DOWN = 1.0
 """Seconds after a cut (or until its Retry-After passed, if longer) in which overloads do not
 cut again: they come from tasks started at the old level."""
@@ -56,7 +56,7 @@ class Cut:
             shortfall = (1.0 - DECREASE) * (1.0 - since / RECOVER) ** 3
             level = self.peak * (1.0 - shortfall)
         else:
-            level = self.peak * (1.0 + GROWTH) ** min(since - RECOVER, 3600.0)
+            level = self.peak * (1.0 + GROWTH) ** min(since - RECOVER, 120.0)  # past 1 by then
         return min(1.0, max(FLOOR, level))
 
     def cools(self, now: float) -> bool:

@@ -4,6 +4,7 @@ what is refused, recorded, shown, replaced, lifted and kept in the history)."""
 from __future__ import annotations
 
 import json
+import re
 from datetime import datetime, timedelta, timezone
 
 import pytest
@@ -11,6 +12,7 @@ from click.testing import Result
 
 import celery_pause
 from celery_pause import cli
+from celery_pause.model.adaptive import adapt_key, overload
 from celery_pause.model.limit import Limit
 from celery_pause.model.scope import Scope
 from celery_pause.stores import store_for
@@ -242,6 +244,36 @@ def test_a_limit_of_tokens_and_one_of_requests_stand_side_by_side(redis_cluster:
     # ... and the history keeps what each limit counted
     recorded = [e.limit.describe() for e in celery_pause.history(redis_cluster.app) if e.limit]
     assert recorded == ["1000/s of tokens", "500/m", "1500/s of tokens"]
+
+
+def test_an_adaptive_throttle_says_its_ceiling_and_status_its_level_and_last_cut(
+    redis_cluster: Cluster,
+) -> None:
+    # Given an adaptive throttle of one task
+    result = throttle(redis_cluster, "--tasks", "proj.call_api", "--rate", "200/s", "--adaptive")
+    assert result.exit_code == 0, result.output
+    assert "to adaptive, up to 200/s across the cluster" in result.stdout
+    (hold,) = [h for h in holds(redis_cluster.app) if h.limit]
+    assert hold.limit is not None and hold.limit.adaptive
+    assert "now 200.0/s (never cut)" in status_text(redis_cluster)
+
+    # When a task's overload cuts it with a Retry-After of 2 s
+    store_for(redis_cluster.app).update_record(
+        adapt_key(hold.id),
+        lambda record, now: overload(record, now, why="429 from payments", retry_after=2.0),
+    )
+
+    # Then the status says its level now, when and why it was cut, and how long nothing starts
+    text = status_text(redis_cluster)
+    assert re.search(
+        r"adaptive, up to 200/s  manual  on task proj.call_api.*now 1[67]\d\.\d/s \(cut 0 seconds"
+        r" ago from 200/s: 429 from payments; nothing starts for [12]\.\ds\)",
+        text,
+        re.S,
+    ), text
+    (usage,) = status_doc(redis_cluster)["limits"]
+    assert usage["adaptive"]["cut"]["why"] == "429 from payments"
+    assert 0.8 < usage["adaptive"]["level"] < 0.9
 
 
 def test_a_throttle_of_another_queue_keeps_the_first(redis_cluster: Cluster) -> None:

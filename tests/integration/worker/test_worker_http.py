@@ -13,8 +13,10 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 import celery_pause
+from celery_pause.model.adaptive import DECREASE, adapt_key, overload
 from celery_pause.model.state import format_time
 from celery_pause.settings import DEFAULTS
+from celery_pause.stores import store_for
 from support.harness import REDIS_BROKER, Cluster, Worker, wait_for
 from support.proj import RECORD_TASK
 from support.webclient import call, metric, probe_url, refuses_connections
@@ -249,6 +251,39 @@ def test_metrics_show_the_limits_in_force_and_readiness_stays(probed_cluster: Cl
         timeout=10,
         what="the limit to leave the metrics",
     )
+
+
+def test_metrics_show_an_adaptive_limits_level_and_last_cut(probed_cluster: Cluster) -> None:
+    # Given a worker serving its metrics, under an adaptive 50/s and 4 at once
+    worker = probed_cluster.worker("w1")
+    worker.wait_applied()
+    base = probe_url(worker)
+    hold = celery_pause.throttle(probed_cluster.app, rate="50/s", concurrency=4, adaptive=True).hold
+    labels = {"source": "manual", "hold": hold.id}
+
+    # When a task's overload cuts it
+    cut = (
+        store_for(probed_cluster.app)
+        .update_record(
+            adapt_key(hold.id),
+            lambda record, now: overload(record, now, why="429", retry_after=None),
+        )
+        .result
+    )
+    assert cut is not None
+
+    # Then its metrics show the ceiling, the level now (below it, rising), and the cut
+    def cut_shown() -> str | None:
+        text = metrics_of(base)
+        shown = metric(text, "celery_pause_limit_cuts", **labels) == 1.0
+        return text if shown else None
+
+    text = wait_for(cut_shown, timeout=10, what="the cut in the metrics")
+    assert metric(text, "celery_pause_limit_rate", counts="tasks", **labels) == 50.0
+    rate = metric(text, "celery_pause_limit_adaptive_rate", counts="tasks", **labels)
+    assert rate is not None and 50 * DECREASE <= rate < 50.0
+    assert metric(text, "celery_pause_limit_adaptive_concurrency", **labels) == 3.0
+    assert metric(text, "celery_pause_limit_last_cut_timestamp_seconds", **labels) == cut.at
 
 
 def series(text: str) -> set[tuple[str, tuple[tuple[str, str], ...]]]:
