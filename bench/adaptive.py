@@ -31,7 +31,7 @@ import time
 from typing import Any
 
 import celery_pause
-from bench.limits import drained
+from bench.limits import aligned, drained
 from bench.world import World, conditions, log, settle
 from support.downstream import Call, Downstream
 from support.harness import wait_for
@@ -215,9 +215,7 @@ def table(figures: dict[str, Any]) -> str:
             *(f"{r['later_than_grace']} (of {r['429']} 429s)" for r in inside),
         )
     )
-    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
-    lines = ("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)) for row in rows)
-    return "\n".join(lines)
+    return aligned(rows)
 
 
 def main() -> None:

@@ -33,7 +33,7 @@ import time
 from typing import Any
 
 import celery_pause
-from bench.limits import drained, records
+from bench.limits import aligned, drained, records
 from bench.world import World, conditions, log, settle
 from support.harness import wait_for
 from support.processes import raise_on_sigterm
@@ -156,9 +156,7 @@ def table(figures: dict[str, Any]) -> str:
         rows.append((label, *(str(figures[name][key]) for name in names)))
     both = figures["both"]["worst_task_window_error"]
     rows.append(("worst 10 s window, error vs 8 tasks/s", "", "", "", str(both)))
-    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
-    lines = ("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)) for row in rows)
-    return "\n".join(lines)
+    return aligned(rows)
 
 
 def main() -> None:

@@ -5,9 +5,18 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from .harness import AMQP_BROKER, REDIS_BROKER, Cluster, Worker
 from .services import require
 from .stores import POSTGRESQL_STORE
+
+TWO_CELLS = (
+    pytest.param(("redis", "prefork", "redis"), id="redis-prefork-redis-store"),
+    pytest.param(("amqp", "threads", "postgresql"), id="amqp-threads-postgresql-store"),
+)
+"""Two cells that between them cover both brokers, both thread models and both kinds of
+store: (broker, pool, store)."""
 
 
 def cell_cluster(broker: str, store: str, tmp: Path, **settings: Any) -> Cluster:

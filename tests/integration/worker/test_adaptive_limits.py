@@ -18,7 +18,7 @@ import pytest
 import celery_pause
 from celery_pause.model.adaptive import adapt_key, overload
 from celery_pause.stores import store_for
-from support.cells import cell_cluster, four_workers
+from support.cells import TWO_CELLS, cell_cluster, four_workers
 from support.downstream import Call, Downstream
 from support.harness import Cluster
 from support.observe import most_at_once
@@ -29,12 +29,7 @@ GRACE = 0.25
 pause reached its worker."""
 
 
-@pytest.fixture(
-    params=[
-        pytest.param(("redis", "prefork", "redis"), id="redis-prefork-redis-store"),
-        pytest.param(("amqp", "threads", "postgresql"), id="amqp-threads-postgresql-store"),
-    ]
-)
+@pytest.fixture(params=TWO_CELLS)
 def adaptive_cell(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[Cluster, str]]:
     """A private cluster on the cell's broker and store, and the pool its workers run."""
     broker, pool, store = request.param

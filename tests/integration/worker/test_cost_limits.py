@@ -17,17 +17,12 @@ from pathlib import Path
 import pytest
 
 import celery_pause
-from support.cells import cell_cluster, four_workers
+from support.cells import TWO_CELLS, cell_cluster, four_workers
 from support.harness import Cluster
 from support.observe import per_second
 
 
-@pytest.fixture(
-    params=[
-        pytest.param(("redis", "prefork", "redis"), id="redis-prefork-redis-store"),
-        pytest.param(("amqp", "threads", "postgresql"), id="amqp-threads-postgresql-store"),
-    ]
-)
+@pytest.fixture(params=TWO_CELLS)
 def cost_cell(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[Cluster, str]]:
     """A private cluster on the cell's broker and store, and the pool its workers run."""
     broker, pool, store = request.param

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import math
 import pickle
-import uuid
 
 import pytest
 from celery.exceptions import Retry
@@ -15,7 +14,6 @@ from celery.exceptions import Retry
 import celery_pause
 from celery_pause.api.overload import MAX_RETRY_AFTER, seconds
 from celery_pause.errors import InvalidInput
-from celery_pause.limits.keeper import LimitKeeper
 from celery_pause.model.adaptive import (
     COOL_DOWN,
     DECREASE,
@@ -29,14 +27,13 @@ from celery_pause.model.adaptive import (
     level_of,
     overload,
 )
-from celery_pause.model.limit import KEPT_KEY, Limit, kept_since
-from celery_pause.model.scope import NOTHING, Scope
+from celery_pause.model.limit import Limit
+from celery_pause.model.scope import Scope
 from celery_pause.model.state import Hold
 from celery_pause.model.usage import Usage
 from celery_pause.model.validation import check_limit
-from celery_pause.stores.memory import MemoryStore
-from celery_pause.worker.gate import Gate
 from support.requests import request_of
+from support.simulated import SimulatedWorker
 
 NOW = 1_000_000.0
 
@@ -124,38 +121,22 @@ def test_an_unreadable_level_is_one_cut_below_the_ceiling_and_rewritten(record: 
 def test_what_a_worker_books_follows_the_level_read_from_the_store() -> None:
     # Given a worker's gate and keeper under an adaptive 100/s (simulated clock), and its
     # level cut in the store (once: 85 % of the ceiling)
-    clock = [NOW]
-    started: list[float] = []
-    gate = Gate(
-        lambda request: started.append(clock[0]),
-        lambda request: "default",
-        hostname="w1@host",
-        clock=lambda: clock[0],
-    )
     hold = Hold(id="api", scope=Scope.of(), limit=Limit(rate=100.0, adaptive=True))
-    gate.hold_to(NOTHING, limits=[hold])
-    store = SimulatedStore(clock)
-    store.update_record(KEPT_KEY, lambda record, now: kept_since(record, now - 3600))
-    store.update_record(
+    worker = SimulatedWorker([hold], NOW)
+    worker.store.update_record(
         adapt_key("api"), lambda record, now: overload(record, now, why="x", retry_after=None)
     )
-    keeper = LimitKeeper(store=store, hostname="w1", clock=store.now, ttl=6.0, pump=gate.pump)
-    for _ in range(400):
-        gate(request_of(None))
+    worker.receive(request_of(None) for _ in range(400))
 
     # When 2 s pass
-    while clock[0] < NOW + 2:
-        keeper.pace(gate.pacing.all_permits(), [])
-        gate.pump()
-        clock[0] += 0.005
+    worker.run_until(NOW + 2)
 
     # Then it started at the level's rate as the level rose (85/s, a little more by 2 s),
     # not at its ceiling; and its figures say so
-    expected = sum(
-        100 * level_of(store.read_record(adapt_key("api")), NOW + t / 100) / 100 for t in range(200)
-    )
-    assert abs(len(started) - expected) <= 5, (len(started), expected)  # 200 at the ceiling
-    current, cut = gate.figures().adapted["api"]
+    record = worker.store.read_record(adapt_key("api"))
+    expected = sum(100 * level_of(record, NOW + t / 100) / 100 for t in range(200))
+    assert abs(len(worker.started) - expected) <= 5, (len(worker.started), expected)  # 200: ceiling
+    current, cut = worker.gate.figures().adapted["api"]
     assert current.rate is not None and 85 < current.rate < 100 and cut is not None
 
 
@@ -201,14 +182,3 @@ def test_status_says_the_level_and_the_last_cut() -> None:
     assert "cut 0 seconds ago from 200/s: 429; nothing starts for 0.5s" in text
     assert usage.to_json()["adaptive"]["cut"]["why"] == "429"
     assert Usage.of(limit, None, None, NOW, None).describe(limit).startswith("now 200.0/s (never")
-
-
-class SimulatedStore(MemoryStore):
-    """An in-memory store on a clock the test moves."""
-
-    def __init__(self, clock: list[float]) -> None:
-        super().__init__("memory://adaptive", uuid.uuid4().hex)
-        self.clock = clock
-
-    def now(self) -> float:
-        return self.clock[0]

@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import math
 import random
-import uuid
 from typing import Any
 
 import pytest
@@ -19,16 +18,13 @@ from hypothesis import HealthCheck, given, settings
 
 import celery_pause
 from celery_pause.errors import InvalidInput
-from celery_pause.limits.keeper import LimitKeeper
 from celery_pause.limits.permits import Permits
 from celery_pause.model.limit import (
     HORIZON,
-    KEPT_KEY,
     MAX_COST_SECONDS,
     Limit,
     charge,
     credit_of,
-    kept_since,
     reserve,
 )
 from celery_pause.model.outcome import Outcome
@@ -36,10 +32,10 @@ from celery_pause.model.placing import Placing, place
 from celery_pause.model.scope import NOTHING, Scope
 from celery_pause.model.state import Hold, PauseState
 from celery_pause.model.validation import check_limit
-from celery_pause.stores.memory import MemoryStore
 from celery_pause.worker.gate import Gate
 from support.hostile import values
 from support.requests import TASK, request_of
+from support.simulated import SimulatedWorker
 
 NOW = 1_000_000.0
 TOKENS = Limit(rate=100.0, cost="tokens")
@@ -355,45 +351,20 @@ def test_a_start_time_due_is_kept_while_its_task_waits_for_another_limit() -> No
     assert passed == [request]
 
 
-class SimulatedStore(MemoryStore):
-    """An in-memory store on a clock the test moves."""
-
-    def __init__(self, clock: list[float]) -> None:
-        super().__init__("memory://cost", uuid.uuid4().hex)
-        self.clock = clock
-
-    def now(self) -> float:
-        return self.clock[0]
-
-
 def test_tokens_and_requests_with_mixed_costs_start_at_the_stricter_rate() -> None:
     # Given a worker's gate and keeper under 1000 tokens a second and 10 requests a second
     # (a store on a simulated clock, looked at every 5 ms), and 300 tasks costing from 1
     # to 100 tokens (20 a second by tokens alone)
-    clock = [NOW]
-    started: list[float] = []
-    gate = Gate(
-        lambda request: started.append(clock[0]),
-        lambda request: "default",
-        hostname="w1@host",
-        clock=lambda: clock[0],
-    )
     tokens = Hold(id="tok", scope=Scope.of(), limit=Limit(rate=1000.0, cost="tokens"))
     requests = Hold(id="req", scope=Scope.of(), limit=Limit(rate=10.0))
-    gate.hold_to(NOTHING, limits=[tokens, requests])
-    store = SimulatedStore(clock)
-    store.update_record(KEPT_KEY, lambda record, now: kept_since(record, now - 3600))
-    keeper = LimitKeeper(store=store, hostname="w1", clock=store.now, ttl=6.0, pump=gate.pump)
+    worker = SimulatedWorker([tokens, requests], NOW)
     rng = random.Random(3)
-    for _ in range(300):
-        gate(request_of(None, kwargs={"tokens": rng.randint(1, 100)}))
+    worker.receive(request_of(None, kwargs={"tokens": rng.randint(1, 100)}) for _ in range(300))
 
     # When 20 s pass
-    while clock[0] < NOW + 20:
-        keeper.pace(gate.pacing.all_permits(), [])
-        gate.pump()
-        clock[0] += 0.005
+    worker.run_until(NOW + 20)
 
     # Then the requests' rate decides: 10 a second, each 5 s window within 10 %
+    started = worker.started
     windows = [sum(NOW + i <= at < NOW + i + 5 for at in started) for i in range(0, 20, 5)]
     assert all(45 <= w <= 55 for w in windows), windows
