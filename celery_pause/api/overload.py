@@ -31,7 +31,7 @@ from celery.exceptions import Retry
 from ..control import notify_workers
 from ..errors import StoreError
 from ..logs import ThrottledLog
-from ..model.adaptive import adapt_key, cut_of, overload
+from ..model.adaptive import MAX_WAIT, adapt_key, cut_of, overload
 from ..model.formatting import printable
 from ..model.outcome import Outcome
 from ..model.scope import Scope
@@ -45,8 +45,6 @@ _warned = ThrottledLog(logger)
 
 ADAPTIVE = "adaptive"
 """The source of the pauses a Retry-After places."""
-MAX_RETRY_AFTER = 3600.0
-"""The longest Retry-After taken, in seconds (a longer one is cut to an hour)."""
 UNCOVERED_DELAY = 1.0
 """Seconds before a task no adaptive limit covers runs again, without a Retry-After."""
 
@@ -76,7 +74,7 @@ class Overloaded(Retry):
 
 def seconds(value: Any) -> float | None:
     """A Retry-After in seconds: a finite number (or numeric text) of at least 0, at most
-    :data:`MAX_RETRY_AFTER`; ``None`` for anything else."""
+    :data:`MAX_WAIT`; ``None`` for anything else."""
     if isinstance(value, bool) or not isinstance(value, (int, float, str, bytes)):
         return None
     try:
@@ -85,7 +83,7 @@ def seconds(value: Any) -> float | None:
         return None
     if not math.isfinite(number) or number < 0:
         return None
-    return min(number, MAX_RETRY_AFTER)
+    return min(number, MAX_WAIT)
 
 
 def on_retry(sender: Task | None = None, request: Any = None, reason: Any = None, **_: Any) -> None:

@@ -35,6 +35,12 @@ COOL_DOWN = 1.0
 cut again: they come from tasks started at the old level."""
 FLOOR = 1e-3
 """The lowest level, as a fraction of the ceiling."""
+MAX_WAIT = 3600.0
+"""The longest a Retry-After holds the scope, in seconds (a longer one, or a record saying
+so, holds it an hour)."""
+STEPPED_BACK = 60.0
+"""Seconds a cut may lie ahead of the store's clock before it is taken for one made before
+the clock stepped back (then it is over: the level is back, and the next overload cuts)."""
 
 
 @dataclass(frozen=True)
@@ -51,17 +57,21 @@ class Cut:
 
     def level(self, now: float) -> float:
         """The fraction of the ceiling the limit allows at store time ``now``."""
-        since = max(0.0, now - self.at)
+        since = math.inf if self.stepped_back(now) else max(0.0, now - self.at)
         if since <= RECOVER:
             shortfall = (1.0 - DECREASE) * (1.0 - since / RECOVER) ** 3
             level = self.peak * (1.0 - shortfall)
         else:
-            level = self.peak * (1.0 + GROWTH) ** min(since - RECOVER, 120.0)  # past 1 by then
+            level = self.peak * (1.0 + GROWTH) ** min(since - RECOVER, 120.0)  # 1 by then
         return min(1.0, max(FLOOR, level))
 
     def cools(self, now: float) -> bool:
         """Whether an overload at ``now`` comes too soon after this cut to cut again."""
-        return now < max(self.at + COOL_DOWN, self.until or -math.inf)
+        return not self.stepped_back(now) and now < max(self.at + COOL_DOWN, self.until or 0.0)
+
+    def stepped_back(self, now: float) -> bool:
+        """Whether the cut lies so far ahead of ``now`` that the clock stepped back since."""
+        return now < self.at - STEPPED_BACK
 
     def to_json(self) -> dict[str, Any]:
         until = {} if self.until is None else {"until": self.until}
@@ -69,13 +79,13 @@ class Cut:
 
     @classmethod
     def from_json(cls, data: Any) -> Cut:
-        until = data.get("until")
+        at, until = number(data["at"]), data.get("until")
         why, count = data.get("why", ""), data.get("count", 1)
         return cls(
             peak=min(1.0, max(FLOOR, number(data["peak"]))),
-            at=number(data["at"]),
+            at=at,
             why=why if isinstance(why, str) else "",
-            until=None if until is None else number(until),
+            until=None if until is None else min(number(until), at + MAX_WAIT),
             count=count if type(count) is int else 1,
         )
 

@@ -12,14 +12,16 @@ import pytest
 from celery.exceptions import Retry
 
 import celery_pause
-from celery_pause.api.overload import MAX_RETRY_AFTER, seconds
+from celery_pause.api.overload import seconds
 from celery_pause.errors import InvalidInput
 from celery_pause.model.adaptive import (
     COOL_DOWN,
     DECREASE,
     FLOOR,
     GROWTH,
+    MAX_WAIT,
     RECOVER,
+    STEPPED_BACK,
     Cut,
     adapt_key,
     at_level,
@@ -96,6 +98,22 @@ def test_a_cut_below_the_last_peak_lowers_the_peak_halfway() -> None:
     assert level_of(second, at) == pytest.approx(cut.peak * DECREASE)
 
 
+def test_a_cut_the_clock_stepped_back_from_is_over_and_a_stored_wait_is_at_most_an_hour() -> None:
+    # Given a cut whose record says it holds the scope for a day
+    record = cut_at(NOW, retry_after=1.0)
+    record["cut"]["until"] = NOW + 86400
+    cut = cut_of(record)
+    assert cut is not None and cut.until == NOW + MAX_WAIT
+    # When the store's clock stepped back an hour, Then the cut is over: the level is back,
+    # and the next overload cuts afresh (a cut ahead of the clock would never end)
+    back = NOW - 3600
+    assert level_of(record, back) == 1.0
+    assert overload(record, back, why="429", retry_after=None).result is not None
+    # but a cut a moment ahead (the workers' estimates of the store's clock differ) counts
+    assert level_of(record, NOW - STEPPED_BACK / 2) == pytest.approx(DECREASE)
+    assert cut.cools(NOW - STEPPED_BACK / 2)
+
+
 def test_the_level_never_falls_below_the_floor_and_concurrency_keeps_one() -> None:
     record = None
     for i in range(200):
@@ -144,7 +162,7 @@ def test_overloaded_takes_retry_after_as_a_number_and_refuses_the_rest_quietly()
     assert seconds(1.5) == 1.5
     assert seconds("2") == 2.0
     assert seconds(b"3") == 3.0
-    assert seconds(1e12) == MAX_RETRY_AFTER
+    assert seconds(1e12) == MAX_WAIT
     for bad in ("Wed, 21 Oct 2015 07:28:00 GMT", -1, math.nan, math.inf, True, None, [], object()):
         assert seconds(bad) is None
     exc = celery_pause.Overloaded(retry_after="0.5", why="429 from\x1b[31m the API")
