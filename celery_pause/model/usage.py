@@ -90,8 +90,8 @@ class Usage:
         return ", ".join(parts)
 
     def _adapted(self, limit: Limit) -> list[str]:
-        """An adaptive limit's level and last cut: ``now 31.5/s (cut 12s ago from 40/s:
-        429 from the API; held until 0.4s from now)``."""
+        """An adaptive limit's level and last cut: ``now 31.5/s (cut 12 seconds ago from
+        40/s: 429 from the API; nothing starts for 0.4s)``."""
         if self.level is None:
             return []
         current = at_level(limit, self.level)
