@@ -33,7 +33,8 @@ import time
 from typing import Any
 
 import celery_pause
-from bench.limits import aligned, drained, records
+from bench.limits import drained, records
+from bench.stats import aligned
 from bench.world import World, conditions, log, settle
 from support.harness import wait_for
 from support.processes import raise_on_sigterm

@@ -27,3 +27,10 @@ def median(values: Iterable[float]) -> float:
     """The middle value, or the mean of the two middle ones; NaN when there are no values."""
     found = list(values)
     return statistics.median(found) if found else math.nan
+
+
+def aligned(rows: list[tuple[str, ...]]) -> str:
+    """``rows`` as a table of left-aligned columns."""
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    lines = ("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)) for row in rows)
+    return "\n".join(lines)

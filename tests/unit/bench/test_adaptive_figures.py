@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from bench.adaptive import CAPACITIES, analyse, inside_retry_after, per_second
+from bench.adaptive_figures import CAPACITIES, analyse, inside_retry_after, per_second
 from support.downstream import Call
 
 
