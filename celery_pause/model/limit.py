@@ -150,18 +150,10 @@ class Limit:
         return adapts + ", ".join(parts) + each
 
     def to_json(self) -> dict[str, Any]:
-        per = {} if self.per is None else {"per": self.per}
+        optional = {"per": self.per, "cost": self.cost, "adaptive": self.adaptive or None}
         rise = {} if self.rise is None else {"rise": list(self.rise)}
-        cost = {} if self.cost is None else {"cost": self.cost}
-        adaptive = {"adaptive": True} if self.adaptive else {}
-        return {
-            "rate": self.rate,
-            "concurrency": self.concurrency,
-            **per,
-            **rise,
-            **cost,
-            **adaptive,
-        }
+        shown = {name: value for name, value in optional.items() if value is not None}
+        return {"rate": self.rate, "concurrency": self.concurrency, **shown, **rise}
 
     @classmethod
     def from_json(cls, data: Any) -> Limit | None:
