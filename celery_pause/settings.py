@@ -12,6 +12,7 @@ from celery.app import utils as celery_app_utils
 
 from .errors import ConfigurationError
 from .model.limit import MAX_RATE
+from .model.parking import CLAIM_LIFE, claim_life
 from .model.state import BEAT_POLICIES
 from .model.validation import (
     check_count,
@@ -28,6 +29,7 @@ DEFAULTS: dict[str, Any] = {
     "pause_key_prefix": None,
     "pause_poll_interval": 2.0,
     "pause_max_hold": 300.0,
+    "pause_max_held": None,
     "pause_worker_ttl": 10.0,
     "pause_lease": 10.0,
     "pause_forget_worker_after": 300.0,
@@ -60,6 +62,11 @@ class PauseConfig:
     max_hold: float
     worker_ttl: float
     store_timeout: float
+    max_held: int | None = DEFAULTS["pause_max_held"]
+    """Messages a worker holds at most before it parks the rest on the broker (``None``:
+    :func:`~celery_pause.model.parking.max_held_for` its prefetch window)."""
+    claim_life: float = CLAIM_LIFE
+    """Seconds the claim of a moved task id is kept (:mod:`.model.parking`)."""
     lease: float | None = DEFAULTS["pause_lease"]
     """Seconds a worker applies what it read without reading again; then it holds every
     task until it reads the store (``None``: it keeps the last state read)."""
@@ -125,6 +132,10 @@ class PauseConfig:
             key_prefix=str(prefix),
             poll_interval=poll_interval,
             max_hold=_bounded_hold(app, read.positive("pause_max_hold")),
+            max_held=None
+            if read.values["pause_max_held"] is None
+            else read.count("pause_max_held"),
+            claim_life=claim_life(_largest_visibility(app)),
             worker_ttl=worker_ttl,
             lease=lease,
             forget_worker_after=max(read.positive("pause_forget_worker_after"), silent),
@@ -182,6 +193,9 @@ class _Reader:
 
     def count(self, key: str) -> int:
         return check_count(self.name(key), self.values[key], error=ConfigurationError)
+
+    def count_or_none(self, key: str) -> int | None:
+        return None if self.values[key] is None else self.count(key)
 
     def port(self, key: str) -> int | None:
         return check_port(self.name(key), self.values[key], error=ConfigurationError)
@@ -241,6 +255,12 @@ def _bounded_hold(app: Celery, max_hold: float) -> float:
     if visibility:
         return min(max_hold, visibility / 4)
     return max_hold
+
+
+def _largest_visibility(app: Celery) -> float | None:
+    """The broker's ``visibility_timeout`` transport option, if it is a number."""
+    visibility = (app.conf.broker_transport_options or {}).get("visibility_timeout")
+    return float(visibility) if isinstance(visibility, int | float) else None
 
 
 def smallest_visibility(options: Mapping[str, Any], consumed: Iterable[str]) -> float | None:

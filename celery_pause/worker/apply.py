@@ -44,6 +44,7 @@ from .pools import (
 from .snapshot import UNREAD, Applied, Delivered
 from .state import StoreClock, WorkerState
 from .sync import StoreSync
+from .unparking import parking_for
 
 logger = logging.getLogger(__name__)
 
@@ -86,6 +87,8 @@ class ApplyStep(bootsteps.StartStopStep):
             on_backlog=lambda: self.consumer.call_soon(self._match_consumers),
             labels=self.config.labels,
         )
+        self.parking, self.unparking = parking_for(c, self.store, self.config)
+        self.gate.park_with(self.parking)
         c.on_task_request = self.gate
         if self.pool.start_check:
             StartCheck(c.pool, self.gate)
@@ -140,6 +143,7 @@ class ApplyStep(bootsteps.StartStopStep):
         if not self.sync.is_alive():
             self._say_how_pushed(c, self.sync.listen())
             self.sync.start()
+            self.unparking.start()
         else:
             self.sync.refresh()
 
@@ -188,6 +192,8 @@ class ApplyStep(bootsteps.StartStopStep):
     def shutdown(self, c: Consumer) -> None:
         self.stop(c)
         self.sync.stop()
+        self.unparking.stop()
+        self.parking.close()
         pacing = self.gate.pacing
         self.limits.give_back_all([*pacing.all_permits(), *pacing.take_retired()])
         try:
@@ -295,6 +301,8 @@ class ApplyStep(bootsteps.StartStopStep):
         last = self.state.applied
         previous = last.scope if last else NOTHING
         self.gate.hold_to(applied.holding, applied.limits)
+        self.parking.under(self.state.holds)
+        self.unparking.wake()
         self._match_consumers(applied.holding)
         semaphore = getattr(c.controller, "semaphore", None)
         if semaphore is not None:

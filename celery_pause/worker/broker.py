@@ -1,4 +1,4 @@
-"""Held messages go back to the master the sentinels name now, on a ``sentinel://`` broker.
+"""Giving held messages back to the broker (to the master the sentinels name now).
 
 A graceful failover (``SENTINEL FAILOVER``) leaves the old master a writable master for
 seconds after the sentinels named the new one, until they demote it (``+convert-to-slave``,
@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable
 
+from celery.worker import state as worker_state
 from celery.worker.request import Request
 from redis.exceptions import RedisError
 from redis.sentinel import SentinelConnectionPool
@@ -40,3 +41,19 @@ def follow_master(requests: Iterable[Request]) -> None:
             pool.get_master_address()  # type: ignore[no-untyped-call]
         except RedisError as exc:  # no sentinel answers: return through the pool as it is
             logger.warning("celery-pause: cannot ask the sentinels for the master: %r", exc)
+
+
+def give_back(requests: list[Request]) -> int:
+    """Return each of ``requests`` to the broker (``reject(requeue=True)``) and forget it;
+    how many."""
+    follow_master(requests)  # not to an old master that a failover left writable
+    for request in requests:
+        # Not ``request.reject``, which defers to the loop: at warm shutdown it no longer runs.
+        if not request.acknowledged:
+            try:
+                request.message.reject(requeue=True)
+            except Exception as exc:  # channel gone: the broker redelivers unacked messages
+                logger.debug("celery-pause: task %s left to the broker: %r", request.id, exc)
+            request.acknowledged = True
+        worker_state.task_ready(request)
+    return len(requests)

@@ -3,9 +3,14 @@ that may be running."""
 
 from __future__ import annotations
 
+from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass, field
+from typing import Any
+
+from celery.worker import state as worker_state
 
 from ..model.adaptive import Cut
+from ..model.content import text_of
 from ..model.limit import Limit
 from ..model.scope import Scope, Target
 
@@ -51,3 +56,25 @@ class GateFigures:
     adapted: dict[str, tuple[Limit, Cut | None]] = field(default_factory=dict)
     """Each adaptive limit the worker paced (by hold id): as it stands now, and its last
     cut, as last read."""
+
+
+def in_flight(
+    held: Iterable[Any], target: Callable[[Any], Target], started: Collection[Any] | None
+) -> tuple[InFlight, ...]:
+    """The reserved requests but those ``held`` (and, given ``started``, but those not in
+    it), by id; one ``<unknown>`` when the reserved requests cannot be read."""
+    kept = {id(req) for req in held}
+    for _ in range(5):
+        try:
+            reserved = tuple(worker_state.reserved_requests)
+            break
+        except RuntimeError:  # the loop thread changed the set while we copied it
+            continue
+    else:
+        return (InFlight("<unknown>", "<unknown>", None),)
+    tasks = [
+        InFlight(text_of(req.id), text_of(req.name), target(req))
+        for req in reserved
+        if id(req) not in kept and (started is None or req in started)
+    ]
+    return tuple(sorted(tasks, key=lambda task: (task.id, task.name)))

@@ -1,24 +1,19 @@
 """The in-worker gate: the one place a task request passes on its way to the pool.
 
-It wraps the consumer's ``on_task_request``, which every path to the pool goes
-through: fresh messages, ETA tasks falling due, rate-limited tasks. While a request
-is in the paused scope, or the worker's lease ran out (:meth:`Gate.renew`), the gate
-holds it (unacknowledged); held requests go on to the pool on resume, or back to the
-broker once held for ``max_hold`` seconds. Each held message widens the channel's
-prefetch window by one, as Celery does for the ETA tasks it keeps, so held tasks never
-stop the rest of their queue. A request of a queue the worker is drained from (a
-worker-scoped hold) goes back to the broker at once, for other workers to run.
+It wraps the consumer's ``on_task_request``, which every path to the pool goes through
+(fresh messages, ETA tasks falling due, rate-limited tasks). A request in the paused scope,
+or any once the worker's lease ran out (:meth:`Gate.renew`), is held unacknowledged; each
+held message widens the prefetch window by one, as Celery does for ETA tasks, so the rest
+of its queue flows. Past ``pause_max_held`` held requests the newest are parked on the
+broker (:mod:`.parking`); held ones go on to the pool on resume, or are parked (else given
+back) once held ``max_hold`` seconds. A request of a queue the worker is drained from (a
+worker-scoped hold) goes back to the broker at once.
 
-On pools that start tasks in the worker process (threads, gevent, eventlet) the
-pool asks the gate once more at the moment it would start a task
-(:meth:`Gate.starts`, from a pool thread or greenlet); what it holds and its scope
-change under one lock, so a task either starts before a pause closes the gate
-(and is reported running) or is held. (On gevent and eventlet, where greenlets
-switch only where they block, an open gate's check takes no lock.)
-
-While a limit is in force (:mod:`celery_pause.model.limit`; a ramped resume is one whose rate
-rises), a request of its scope waits in the gate until a permit of the limit lets it start
-(:mod:`~celery_pause.limits.pacing`, :meth:`Gate.pump`); requests no limit covers pass at once.
+On pools that start tasks in the worker process (threads, gevent, eventlet) the pool asks
+:meth:`Gate.starts` again as it would start a task; scope and held requests change under
+one lock, so a task starts before a pause closes the gate (and is reported running) or is
+held. Under a limit or ramp (:mod:`~celery_pause.limits.pacing`) a request of its scope
+waits in the gate until a permit lets it start (:meth:`Gate.pump`).
 """
 
 from __future__ import annotations
@@ -31,20 +26,25 @@ from bisect import insort
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import replace
+from operator import itemgetter
 from typing import Any
 
 from celery.worker import state as worker_state
 from celery.worker.request import Request
 
+from ..errors import StoreError
 from ..limits.pacing import Pacing
 from ..model.content import text_of
 from ..model.scope import EVERYTHING, NOTHING, Scope, label_names
 from ..model.state import Hold
-from .broker import follow_master
-from .figures import GateCounters, GateFigures, InFlight
+from .broker import give_back
+from .figures import GateCounters, GateFigures, InFlight, in_flight
+from .parking import Parking
 from .reading import TargetReader
 
 logger = logging.getLogger(__name__)
+
+PARK_RETRY = 5.0  # seconds the gate waits after a park failed before it parks again
 
 QueueOf = Callable[[Request], str]
 Admits = Callable[[Request], bool]
@@ -77,17 +77,14 @@ class Gate:
             queue_of: The queue a request came from.
             hostname: The worker's name (for worker-scoped holds).
             qos: The consumer's current prefetch controller (kombu ``QoS``), or ``None``.
-            start_check: Whether the pool asks :meth:`starts` before each task (then only
-                the requests it let start count as running).
+            start_check: Whether the pool asks :meth:`starts` before each task.
             greenlets: Whether the worker's threads are greenlets (``PoolSupport.greenlets``).
             clock: The store's clock, as this worker estimates it.
             on_wait: Called when a request starts waiting for its ramp and none waited before.
             on_lapse: Called when a request finds the lease (:meth:`renew`) ran out.
-            backlog: Requests of a queue a limit covers whole that may wait before the
-                worker stops consuming it (:class:`~.pacing.Pacing`).
+            backlog: Requests of a queue a limit covers whole that may wait (``Pacing``).
             on_backlog: Called when the queues to stop consuming for that change.
-            labels: ``pause_labels``: each label name and the keyword argument it is read
-                from (a message header of the label's name wins).
+            labels: ``pause_labels``: each label name and the keyword argument it is read from.
         """
         self._handler = handler
         self._queue_of = queue_of
@@ -116,6 +113,9 @@ class Gate:
         self.clock = clock
         self._on_lapse = on_lapse
         self._lease_end = float("inf")
+        self.parking: Parking | None = None
+        self.max_held = 0
+        self._park_after = 0.0
 
     @property
     def scope(self) -> Scope:
@@ -140,6 +140,11 @@ class Gate:
             self._scope = self._scope | scope
             self.target.names = tuple(sorted(set(self.target.names) | label_names(scope)))
 
+    def park_with(self, parking: Parking) -> None:
+        """Park held requests past ``parking.max_held`` with ``parking`` (:mod:`.parking`)."""
+        self.parking = parking if parking.enabled else None
+        self.max_held = parking.max_held
+
     def renew(self, until: float) -> None:
         """What the worker read holds until ``time.monotonic()`` reaches ``until``, then all."""
         self._lease_end = until
@@ -160,14 +165,47 @@ class Gate:
         if time.monotonic() >= self._lease_end:
             self._lapsed()
         if not (self._scope.rules or self.pacing.active):  # every task passes: keep it short
-            return self._handler(request)
+            return self._start(request)
         try:
             passes = self._admit(request)
         except Exception as exc:  # a defect must not stop the worker (Celery would, raised here)
             self.target.warn(request, "could not decide on it (%r): it goes on to the pool", exc)
             kept = [req for req, _ in [*self._held, *self.pacing.waiting]]
             passes = not any(req is request for req in kept)  # held or waiting: not twice
-        return self._handler(request) if passes else None
+        if passes:
+            return self._start(request)
+        if len(self._held) > self.max_held and self.parking is not None:
+            self._park_overflow()
+        return None
+
+    def _start(self, request: Request) -> Any:
+        """Hand ``request`` to the pool, once a moved copy claimed its task id."""
+        try:
+            if self.parking is not None and not self.parking.claims(request):
+                return None
+        except StoreError as exc:  # nothing known: hold it, the next release asks again
+            self.target.warn(request, "cannot claim its task id (%s): held", exc)
+            with self._lock:
+                self._hold(request)
+            return None
+        return self._handler(request)
+
+    def _park_overflow(self) -> None:
+        """Park the newest held requests past ``max_held`` (on the consumer loop)."""
+        parking = self.parking
+        if parking is None or time.monotonic() < self._park_after:
+            return
+        with self._lock:
+            overflow = parking.overflow(self._held, self.max_held, self.target)
+            taken = {id(request) for request, _ in overflow}
+            self._held = [entry for entry in self._held if id(entry[0]) not in taken]
+            self._unhold(len(overflow))
+        left = parking.park_all(overflow, self.target)
+        if left:  # the broker or store failed: keep them, try again later
+            self._park_after = time.monotonic() + PARK_RETRY
+            with self._lock:
+                for request, since in left:
+                    self._hold(request, since)
 
     def _admit(self, request: Request) -> bool:
         """Hold ``request``, return it (drained) or have it wait for its pace; whether it
@@ -196,7 +234,7 @@ class Gate:
                     self._hold(request, since)
         self._return(drained)
         for request in starting:
-            self._handler(request)
+            self._start(request)
         self.counters.released += len(starting)
         return len(starting)
 
@@ -205,7 +243,7 @@ class Gate:
         if since is None:
             since = time.monotonic()
             self.counters.held += 1
-        insort(self._held, (request, since), key=_since)
+        insort(self._held, (request, since), key=itemgetter(1))
         qos = self._qos()
         if qos is not None:
             qos.increment_eventually()
@@ -217,12 +255,9 @@ class Gate:
             qos.decrement_eventually(count)
 
     def starts(self, request: Request, *, was_reserved: bool = True) -> bool:
-        """In the pool, just before ``request`` would start: whether it may start now.
-
-        No when its scope is paused (the gate holds it from now on), or when the
-        worker dropped it after its broker connection was lost (the broker
-        delivers it again). Neither runs it nor acknowledges its message.
-        """
+        """In the pool, just before ``request`` would start: whether it may start now. No
+        when its scope is paused (held from now on), or when the worker dropped it after its
+        broker connection was lost (the broker delivers it again)."""
         if was_reserved and request not in worker_state.reserved_requests:
             logger.info(
                 "celery-pause: task %s is from a lost connection: left to the broker", request.id
@@ -303,10 +338,8 @@ class Gate:
     def release(self, *, off_loop: bool = False) -> int:
         """Pass on, in arrival order, every held request whose queue is no longer paused.
 
-        ``off_loop``: called in another greenlet than the consumer's (green pools), where
-        the worker may drop a request meanwhile (its broker connection was lost while
-        this waited for a pool slot): such a request is left to the broker, which
-        delivers it again.
+        ``off_loop``: in another greenlet than the consumer's (green pools), where the worker
+        may drop a request meanwhile (its connection was lost): that one is left to the broker.
         """
         with self._lock:
             ready = [(req, since) for req, since in self._held if not self.blocks(req)]
@@ -325,24 +358,27 @@ class Gate:
             if off_loop and request not in worker_state.reserved_requests:
                 continue
             if not self._waits(request, since):  # started later by pump(), counted there
-                self._handler(request)
+                self._start(request)
                 passed += 1
         self.counters.released += passed
         return passed
 
     def return_expired(self, max_hold: float) -> int:
-        """Return to the broker every request held longer than ``max_hold`` seconds."""
+        """Park (else return to the broker) every request held over ``max_hold`` seconds."""
         deadline = time.monotonic() - max_hold
         with self._lock:
-            expired = [req for req, since in self._held if since <= deadline]
+            expired = [entry for entry in self._held if entry[1] <= deadline]
             if expired:
                 self._held = [(req, since) for req, since in self._held if since > deadline]
                 self._unhold(len(expired))
             waiting = self.pacing.take_waiting()
             waited = [req for req, since in waiting if since <= deadline]
         self.pacing.keep([(req, since) for req, since in waiting if since > deadline])
-        self._return(expired + waited)
-        return len(expired) + len(waited)
+        moved = len(expired) + len(waited)
+        if self.parking is not None:
+            expired = self.parking.park_all(expired, self.target)
+        self._return([request for request, _ in expired] + waited)
+        return moved
 
     def return_all(self) -> int:
         """Return every held request to the broker (warm shutdown)."""
@@ -355,44 +391,10 @@ class Gate:
         return len(requests)
 
     def _return(self, requests: list[Request]) -> None:
-        follow_master(requests)  # not to an old master that a failover left writable
-        for request in requests:
-            # Not ``request.reject``, which defers to the loop: at warm shutdown it no longer runs.
-            if not request.acknowledged:
-                try:
-                    request.message.reject(requeue=True)
-                except Exception as exc:  # channel gone: the broker redelivers unacked messages
-                    logger.debug("celery-pause: task %s left to the broker: %r", request.id, exc)
-                request.acknowledged = True
-            worker_state.task_ready(request)
-            self.counters.returned += 1
+        self.counters.returned += give_back(requests)
 
     def in_flight(self) -> tuple[InFlight, ...]:
-        """The requests that may be running, by id.
-
-        Every reserved request the gate does not hold; with the start check, only
-        those the pool was let start: the others will ask before they start.
-        """
-        held = {id(req) for req, _ in list(self._held) + list(self.pacing.waiting)}
-        for _ in range(5):
-            try:
-                reserved = tuple(worker_state.reserved_requests)
-                break
-            except RuntimeError:  # the loop thread changed the set while we copied it
-                continue
-        else:
-            return (InFlight("<unknown>", "<unknown>", None),)
-        tasks = [
-            InFlight(text_of(req.id), text_of(req.name), self.target(req))
-            for req in reserved
-            if id(req) not in held and (not self.start_check or req in self._started)
-        ]
-        return tuple(sorted(tasks, key=_by_id))
-
-
-def _since(entry: tuple[Request, float]) -> float:
-    return entry[1]
-
-
-def _by_id(task: InFlight) -> tuple[str, str]:
-    return task.id, task.name
+        """The requests that may be running, by id: every reserved request the gate does not
+        hold; with the start check, only those the pool was let start."""
+        held = [req for req, _ in list(self._held) + list(self.pacing.waiting)]
+        return in_flight(held, self.target, self._started if self.start_check else None)

@@ -1,0 +1,248 @@
+"""Moving held messages out of the worker, and the claim a moved copy takes before it starts.
+
+:class:`Parking` publishes a held request's message, unchanged but for the
+:data:`~celery_pause.model.parking.PARKED_HEADER`, to its hold's parking queue on the
+worker's broker (with publisher confirms on AMQP), and acknowledges the original only
+then. It runs on the consumer loop, which owns the original's channel. Brokers other
+than Redis and RabbitMQ park nothing: their held messages stay in the worker, as before.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+from celery import Celery
+from celery.worker import state as worker_state
+from celery.worker.request import Request
+from kombu.connection import Connection
+from kombu.entity import Exchange, Queue
+from kombu.messaging import Producer
+
+from ..errors import InvalidInput
+from ..model.content import text_of
+from ..model.outcome import Outcome
+from ..model.parking import (
+    PARKED_HEADER,
+    SOURCE_COPY,
+    Marker,
+    claim_key,
+    parking_queue,
+    registry_key,
+)
+from ..model.scope import Target
+from ..model.state import Hold
+from ..stores import Store
+from ..stores.primitives import Record
+
+logger = logging.getLogger(__name__)
+
+Held = tuple[Request, float]
+"""A held request and since when (``time.monotonic()``) it is held."""
+TargetOf = Callable[[Request], Target]
+
+PARKING_DRIVERS = ("redis", "amqp")
+"""Brokers whose held messages are parked: those that can count and confirm them."""
+KEPT_PROPERTIES = ("correlation_id", "reply_to", "expiration", "message_id", "timestamp", "type")
+"""Message properties a copy keeps (beside priority, delivery mode and the content's type)."""
+
+
+def parked_queue(name: str) -> Queue:
+    """The durable queue ``name``, bound to a direct exchange of its own name."""
+    return Queue(name, Exchange(name, "direct", durable=True), routing_key=name, durable=True)  # type: ignore[no-untyped-call]
+
+
+def publish_copy(producer: Producer, message: Any, marker: Marker, exchange: str, key: str) -> None:
+    """Publish ``message`` (a kombu message as received) again to ``exchange`` with routing
+    key ``key``: body, headers and properties as they were, the marker header set."""
+    properties = message.properties or {}
+    headers = {k: v for k, v in (message.headers or {}).items() if k != "redelivered"}
+    headers[PARKED_HEADER] = marker.to_header()
+    kept = {name: properties[name] for name in KEPT_PROPERTIES if properties.get(name) is not None}
+    producer.publish(  # type: ignore[no-untyped-call]
+        message.body,
+        exchange=exchange,
+        routing_key=key,
+        headers=headers,
+        content_type=message.content_type,
+        content_encoding=message.content_encoding,
+        priority=properties.get("priority"),
+        delivery_mode=properties.get("delivery_mode") or 2,
+        retry=False,
+        **kept,
+    )
+
+
+def copy_connection(app: Celery) -> Connection:
+    """A connection of its own to the app's broker; on AMQP each publish waits for the
+    broker's confirm."""
+    conn = app.connection_for_write()
+    if conn.transport.driver_type == "amqp":
+        conn.transport_options = {**(conn.transport_options or {}), "confirm_publish": True}
+    return conn  # type: ignore[no-any-return]
+
+
+class Parking:
+    """Parks held requests, and has each copy that may have a twin claim its task id."""
+
+    def __init__(
+        self, app: Celery, store: Store, *, prefix: str, hostname: str, life: float, max_held: int
+    ) -> None:
+        """Nothing parked yet.
+
+        Parameters:
+            app: The worker's app (its broker is where messages are parked).
+            store: The pause store (the parking queues' records, the claims).
+            prefix: The store's key prefix, which names the parking queues.
+            hostname: The worker's name.
+            life: Seconds a claim is kept (:func:`~celery_pause.model.parking.claim_life`).
+            max_held: Requests held in the worker before the newest are parked.
+        """
+        self.app = app
+        self.store = store
+        self.prefix = prefix
+        self.hostname = hostname
+        self.life = life
+        self.max_held = max_held
+        self.enabled = app.connection_for_write().transport.driver_type in PARKING_DRIVERS
+        self.parked = 0
+        self.dropped = 0
+        self._pauses: tuple[Hold, ...] = ()
+        self._conn: Connection | None = None
+        self._producer: Producer | None = None
+        self._declared: set[str] = set()
+
+    def park(self, request: Request, hold: str) -> bool:
+        """Park ``request``'s message under ``hold``; whether it did (then the original is
+        acknowledged and the request forgotten). A broker or store that fails leaves it."""
+        message = request.message
+        info = message.delivery_info or {}
+        queue = parking_queue(self.prefix, hold)
+        marker = Marker(
+            copy=uuid.uuid4().hex,
+            hold=hold,
+            exchange=text_of(info.get("exchange")),
+            routing_key=text_of(info.get("routing_key")),
+        )
+        try:
+            self._register(hold, queue)
+            producer = self._producer_for(queue)
+            publish_copy(producer, message, marker, queue, queue)
+        except Exception as exc:  # the broker or store failed: the message stays held
+            logger.warning("celery-pause: cannot park task %s: %r", text_of(request.id), exc)
+            self._reset()
+            return False
+        request.acknowledge()
+        worker_state.task_ready(request)
+        self.parked += 1
+        return True
+
+    def _register(self, hold: str, queue: str) -> None:
+        if queue in self._declared:
+            return
+
+        def change(current: Record | None, now: float) -> Outcome[Record, bool]:
+            if current is not None and current.get("queue") == queue:
+                return Outcome(None, False)
+            return Outcome({"hold": hold, "queue": queue, "since": now}, True)
+
+        self.store.update_record(registry_key(hold), change)
+
+    def _producer_for(self, queue: str) -> Producer:
+        if self._producer is None:
+            self._conn = copy_connection(self.app)
+            self._producer = Producer(self._conn.channel())  # type: ignore[no-untyped-call]
+        if queue not in self._declared:
+            parked_queue(queue)(self._producer.channel).declare()  # type: ignore[no-untyped-call]
+            self._declared.add(queue)
+        return self._producer
+
+    def _reset(self) -> None:
+        """Drop the connection after a failure (the next park opens a new one)."""
+        conn, self._conn, self._producer = self._conn, None, None
+        self._declared.clear()
+        if conn is not None:
+            try:
+                conn.release()  # type: ignore[no-untyped-call]
+            except Exception as exc:
+                logger.debug("celery-pause: closing the parking connection: %r", exc)
+
+    def close(self) -> None:
+        self._reset()
+
+    # -- what to park ----------------------------------------------------------------------
+    def under(self, holds: Iterable[Hold]) -> None:
+        """The holds in force: a held request is parked under the first pause that covers it."""
+        self._pauses = tuple(hold for hold in holds if hold.pauses)
+
+    def hold_of(self, target: Target) -> str | None:
+        """The pause ``target`` is parked under; ``None``: none in force covers it, keep it."""
+        return next((hold.id for hold in self._pauses if hold.scope.covers(target)), None)
+
+    def overflow(self, held: list[Held], most: int, target_of: TargetOf) -> list[Held]:
+        """The newest of ``held`` (oldest first) past the first ``most`` that can be parked."""
+        over: list[Held] = []
+        for entry in reversed(held):
+            if len(held) - len(over) <= most:
+                break
+            if self.hold_of(target_of(entry[0])) is not None:
+                over.append(entry)
+        return over
+
+    def park_all(self, entries: list[Held], target_of: TargetOf) -> list[Held]:
+        """Park each of ``entries`` a pause covers, until one fails; those left (in order)."""
+        left: list[Held] = []
+        for index, entry in enumerate(entries):
+            hold = self.hold_of(target_of(entry[0]))
+            if hold is None:
+                left.append(entry)
+            elif not self.park(entry[0], hold):
+                return left + entries[index:]
+        return left
+
+    # -- the claim before a start ---------------------------------------------------------
+    @staticmethod
+    def copy_of(request: Request) -> str | None:
+        """The copy ``request`` claims as before it starts; ``None``: it needs no claim (never
+        moved, never redelivered). Never raises: headers are message content."""
+        try:
+            message = request.message
+            headers = message.headers
+            marker = Marker.from_header(headers.get(PARKED_HEADER)) if headers else None
+            if marker is not None:
+                return marker.copy
+            info = message.delivery_info
+            redelivered = isinstance(info, Mapping) and info.get("redelivered") is True
+            return SOURCE_COPY if redelivered else None
+        except Exception:
+            return None
+
+    def claims(self, request: Request) -> bool:
+        """Whether ``request`` may start: yes if its copy needs no claim or won it. A copy that
+        lost the claim is acknowledged and forgotten: another copy of the id has started.
+
+        Raises:
+            StoreError: The store cannot be reached: nothing is known, hold it.
+        """
+        copy = self.copy_of(request)
+        if copy is None:
+            return True
+        task_id = text_of(request.id)
+        try:
+            won = self.store.acquire_lease(claim_key(task_id), copy, self.life)
+        except InvalidInput:  # an id too long for a key: never moved by us, let it run
+            return True
+        if won:
+            request_dict = getattr(request, "_request_dict", None)
+            if isinstance(request_dict, dict):
+                request_dict.pop(PARKED_HEADER, None)  # the task sees its headers as sent
+            return True
+        logger.warning(
+            "celery-pause: task %s: another copy of it has started; this one is dropped", task_id
+        )
+        request.acknowledge()
+        worker_state.task_ready(request)
+        self.dropped += 1
+        return False

@@ -1,0 +1,168 @@
+"""Bringing parked messages back once their hold is lifted (a thread per worker).
+
+Every few seconds, and when woken by a change of the state, the thread reads the store's
+parking records (:data:`~celery_pause.model.parking.REGISTRY`); for each whose hold is no
+longer in force it takes the hold's lease (one worker moves a queue, so the order holds)
+and moves the queue's messages, oldest first, back to the exchange and routing key each
+came from: publish (confirmed on AMQP), then acknowledge the parked copy. A queue found
+empty :data:`~celery_pause.model.parking.GRACE` seconds after its hold was lifted is
+deleted with its record.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+from celery import Celery
+from kombu.connection import Connection
+from kombu.messaging import Producer
+
+from ..errors import InvalidInput, StoreError
+from ..model.outcome import Outcome
+from ..model.parking import GRACE, PARKED_HEADER, REGISTRY, Marker, max_held_for
+from ..settings import PauseConfig
+from ..stores import Store
+from ..stores.primitives import Record
+from .parking import Parking, copy_connection, parked_queue, publish_copy
+
+logger = logging.getLogger(__name__)
+
+LEASE = 30.0
+"""Seconds a worker holds the lease of a queue it moves (renewed every :data:`BATCH`)."""
+BATCH = 500
+"""Messages moved between two renewals of the lease."""
+
+
+class Unparking(threading.Thread):
+    """Brings the parked messages of lifted holds back."""
+
+    def __init__(
+        self,
+        app: Celery,
+        store: Store,
+        *,
+        hostname: str,
+        interval: float,
+        on_moved: Callable[[int], None] = lambda moved: None,
+    ) -> None:
+        super().__init__(name="celery-pause-unparking", daemon=True)
+        self.app = app
+        self.store = store
+        self.hostname = hostname
+        self.interval = interval
+        self.on_moved = on_moved
+        self.moved = 0
+        self._wake = threading.Event()
+        self._stopped = threading.Event()
+
+    def wake(self) -> None:
+        """Look again now (the state changed)."""
+        self._wake.set()
+
+    def stop(self) -> None:
+        self._stopped.set()
+        self._wake.set()
+
+    def run(self) -> None:
+        while not self._stopped.is_set():
+            self._wake.wait(self.interval)
+            self._wake.clear()
+            if self._stopped.is_set():
+                return
+            try:
+                self.tick()
+            except (StoreError, InvalidInput) as exc:
+                logger.warning("celery-pause: cannot bring parked tasks back yet: %s", exc)
+            except Exception as exc:  # the broker failed: try again at the next tick
+                logger.warning("celery-pause: cannot bring parked tasks back yet: %r", exc)
+
+    def tick(self) -> int:
+        """Bring back the queues of every lifted hold this worker can take; how many moved."""
+        records = self.store.read_records(REGISTRY)
+        if not records:
+            return 0
+        snapshot = self.store.read()
+        live = {hold.id for hold in snapshot.state.active_holds(snapshot.now) if hold.pauses}
+        moved = 0
+        for key, record in records.items():
+            hold, queue = record.get("hold"), record.get("queue")
+            if not isinstance(hold, str) or not isinstance(queue, str) or hold in live:
+                continue
+            lease = f"unpark:{hold}"
+            if not self.store.acquire_lease(lease, self.hostname, LEASE):
+                continue
+            try:
+                moved += self._bring_back(queue, lease)
+                self._retire(key, queue, snapshot.now)
+            finally:
+                self.store.release_lease(lease, self.hostname)
+        return moved
+
+    def _bring_back(self, queue: str, lease: str) -> int:
+        moved = 0
+        with copy_connection(self.app) as conn:
+            source = parked_queue(queue)(conn.channel())
+            producer = Producer(conn.channel())  # type: ignore[no-untyped-call]
+            while not self._stopped.is_set():
+                message = source.get(no_ack=False)  # type: ignore[no-untyped-call]
+                if message is None:
+                    break
+                self._send_back(producer, message, conn)
+                message.ack()
+                moved += 1
+                self.moved += 1
+                if moved % BATCH == 0 and not self.store.acquire_lease(lease, self.hostname, LEASE):
+                    break  # another worker took the queue over
+        if moved:
+            logger.info("celery-pause: brought %d parked task(s) back from %s", moved, queue)
+            self.on_moved(moved)
+        return moved
+
+    def _send_back(self, producer: Producer, message: Any, conn: Connection) -> None:
+        marker = Marker.from_header((message.headers or {}).get(PARKED_HEADER))
+        if marker is None:  # not ours, or damaged: to the app's default queue, not lost
+            default = self.app.conf.task_default_queue
+            marker = Marker(uuid.uuid4().hex, "", "", default)
+            logger.warning("celery-pause: a parked message without its origin: sent to %s", default)
+        fresh = Marker(uuid.uuid4().hex, marker.hold, marker.exchange, marker.routing_key)
+        publish_copy(producer, message, fresh, marker.exchange, marker.routing_key)
+
+    def _retire(self, key: str, queue: str, now: float) -> None:
+        """Delete ``queue`` and its record once it is empty and its hold was lifted long ago."""
+
+        def lifted(current: Record | None, at: float) -> Outcome[Record, float]:
+            if current is None:
+                return Outcome(None, at)
+            if isinstance(current.get("lifted"), int | float):
+                return Outcome(None, float(current["lifted"]))
+            return Outcome({**current, "lifted": at}, at)
+
+        since = self.store.update_record(key, lifted).result
+        if now - since < GRACE:
+            return
+        with copy_connection(self.app) as conn:
+            channel = conn.channel()
+            _, count, _ = parked_queue(queue)(channel).queue_declare(passive=False)  # type: ignore[no-untyped-call]
+            if count:
+                return
+            parked_queue(queue)(channel).delete(if_empty=True)  # type: ignore[no-untyped-call]
+        self.store.delete_record(key)
+        logger.info("celery-pause: parking queue %s deleted: its hold was lifted", queue)
+
+
+def parking_for(c: Any, store: Store, config: PauseConfig) -> tuple[Parking, Unparking]:
+    """The parking of the worker of consumer ``c``, and its thread that brings tasks back."""
+    parking = Parking(
+        c.app,
+        store,
+        prefix=config.key_prefix,
+        hostname=c.hostname,
+        life=config.claim_life,
+        max_held=config.max_held or max_held_for(c.initial_prefetch_count or 0),
+    )
+    unparking = Unparking(c.app, store, hostname=c.hostname, interval=config.poll_interval)
+    return parking, unparking

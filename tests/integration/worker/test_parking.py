@@ -1,0 +1,122 @@
+"""Parking on real workers: a paused tenant's backlog leaves the workers and comes back once."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import celery_pause
+from celery_pause.api.depths import queue_depths
+from celery_pause.model.parking import PARKED_HEADER, Marker, parking_queue
+from celery_pause.settings import config_for
+from celery_pause.worker.parking import copy_connection, parked_queue
+from support.cells import TWO_CELLS, cell_cluster
+from support.harness import Cluster, Worker, wait_for
+
+LABELS = {"tenant": "tenant_id"}
+MAX_HELD = 10
+
+
+@pytest.fixture(params=TWO_CELLS)
+def cell(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[Cluster, str]]:
+    broker, pool, store = request.param
+    cluster = cell_cluster(broker, store, tmp_path, pause_labels=LABELS, pause_max_held=MAX_HELD)
+    yield cluster, pool
+    cluster.close()
+
+
+def send(cluster: Cluster, tenant: str, tag: str, **options: Any) -> str:
+    return cluster.send(tag, kwargs={"tenant_id": tenant}, **options)
+
+
+def parked(cluster: Cluster, hold: str) -> int:
+    name = parking_queue(config_for(cluster.app).key_prefix, hold)
+    return queue_depths(cluster.app, [name])[name] or 0
+
+
+def most_held(workers: list[Worker]) -> int:
+    return max(worker.wait_applied().held for worker in workers)
+
+
+def test_a_paused_tenants_backlog_is_parked_and_comes_back_in_order_once(
+    cell: tuple[Cluster, str],
+) -> None:
+    # Given two workers that hold at most 10 tasks each, and tenant A paused
+    cluster, pool = cell
+    workers = [cluster.worker(f"w{i}", pool=pool, concurrency=2) for i in (1, 2)]
+    for worker in workers:
+        worker.wait_applied()
+    hold = celery_pause.pause(cluster.app, labels=["tenant=A"], wait=True, timeout=20).hold.id
+
+    # When 300 tasks of A and 30 of B are sent into the shared queue
+    a_ids = [send(cluster, "A", f"A{i:03}") for i in range(300)]
+    b_ids = [send(cluster, "B", f"B{i:03}") for i in range(30)]
+
+    # Then B's ran, no A started, and the workers hold at most 10 each: the rest is parked
+    wait_for(lambda: len(cluster.records()) >= 30, timeout=60, what="B's tasks")
+    wait_for(lambda: parked(cluster, hold) >= 300 - 2 * MAX_HELD, timeout=60, what="A parked")
+    assert most_held(workers) <= MAX_HELD
+    assert {record["id"] for record in cluster.records()} == set(b_ids)
+
+    # When A is resumed
+    celery_pause.resume(cluster.app, labels=["tenant=A"])
+
+    # Then every task ran exactly once, the parking queue is empty, and A's ran in the order sent
+    records = cluster.wait_records(330, timeout=120)
+    assert sorted(record["id"] for record in records) == sorted(a_ids + b_ids)
+    assert parked(cluster, hold) == 0
+    a_starts = {r["tag"]: r["started"] for r in records if r["tag"].startswith("A")}
+    first, last = [a_starts[f"A{i:03}"] for i in range(100)], [
+        a_starts[f"A{i:03}"] for i in range(200, 300)
+    ]
+    assert max(first) <= min(last), "a task sent late started before one sent early"
+
+
+def test_a_task_id_moved_twice_runs_once(cell: tuple[Cluster, str]) -> None:
+    # Given tenant A paused, and a worker that holds at most 10 tasks
+    cluster, pool = cell
+    worker = cluster.worker("w1", pool=pool, concurrency=2)
+    worker.wait_applied()
+    hold = celery_pause.pause(cluster.app, labels=["tenant=A"], wait=True, timeout=20).hold.id
+
+    # When 30 tasks of A are parked, and a second copy of one of them is parked too (as a move
+    # cut short between the copy and the acknowledgement leaves it)
+    ids = [send(cluster, "A", f"A{i:03}") for i in range(30)]
+    wait_for(lambda: parked(cluster, hold) >= 30 - MAX_HELD, timeout=60, what="A parked")
+    twin = copy_parked(cluster, hold)
+
+    # Then, resumed, each task ran exactly once, the twin's too, and the worker said it dropped one
+    celery_pause.resume(cluster.app)
+    records = cluster.wait_records(30, timeout=60)
+    wait_for(lambda: worker.log_count("another copy of it has started") >= 1, timeout=20, what="drop")
+    assert sorted(record["id"] for record in records) == sorted(ids)
+    assert twin in ids
+    assert len(cluster.records()) == 30
+
+
+def copy_parked(cluster: Cluster, hold: str) -> str:
+    """Publish a second copy (a new copy id) of the oldest parked message; its task id."""
+    name = parking_queue(config_for(cluster.app).key_prefix, hold)
+    with copy_connection(cluster.app) as conn:
+        queue = parked_queue(name)(conn.channel())
+        message = queue.get(no_ack=False)
+        assert message is not None
+        marker = Marker.from_header(message.headers[PARKED_HEADER])
+        assert marker is not None
+        producer = conn.Producer()
+        for copy in (marker.copy, uuid.uuid4().hex):  # the message back, and its twin
+            headers = {**message.headers, PARKED_HEADER: {**marker.to_header(), "copy": copy}}
+            producer.publish(
+                message.body,
+                exchange=name,
+                routing_key=name,
+                headers=headers,
+                content_type=message.content_type,
+                content_encoding=message.content_encoding,
+            )
+        message.ack()
+        return str(message.headers["id"])
