@@ -9,13 +9,14 @@ returns.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from celery import Celery
 
 from ..breaker.status import BreakerStatus, breaker_statuses
 from ..history import HistoryEntry, history
+from ..model.parking import parking_queue
 from ..model.ramp import ramp_json
 from ..model.report import LOST
 from ..model.report import PAUSED as WORKER_PAUSED
@@ -69,9 +70,14 @@ class Overview:
     breakers: tuple[BreakerStatus, ...]
     history: tuple[HistoryEntry, ...] | None = None
     windows: tuple[WindowStatus, ...] = ()
+    parked: Depths = field(default_factory=dict)
+    """Tasks parked on the broker (:mod:`celery_pause.model.parking`), by pause hold id."""
 
     def to_json(self) -> dict[str, Any]:
-        return status_json(self.status, self.depths, self.breakers, self.history, self.windows)
+        doc = status_json(self.status, self.depths, self.breakers, self.history, self.windows)
+        doc["parked"] = [{"hold": hold, "tasks": count} for hold, count in self.parked.items()]
+        doc["totals"]["parked"] = sum(count or 0 for count in self.parked.values())
+        return doc
 
 
 def overview(
@@ -84,16 +90,19 @@ def overview(
     """Read the cluster's status, queue depths and breakers (and the newest
     ``history_limit`` history entries ``with_history``)."""
     current = status(app)
-    timeout = config_for(app).store_timeout
-    read_depths = depths or (lambda names: queue_depths(app, names, timeout))
+    config = config_for(app)
+    read_depths = depths or (lambda names: queue_depths(app, names, config.store_timeout))
+    queues = status_queues(current, list(app.amqp.queues))
+    parking = {h.id: parking_queue(config.key_prefix, h.id) for h in current.holds if h.pauses}
+    found = read_depths(sorted({*queues, *parking.values()}))
     return Overview(
         status=current,
-        depths=read_depths(status_queues(current, list(app.amqp.queues))),
+        depths={name: found.get(name) for name in queues},
+        parked={hold: found.get(queue) for hold, queue in parking.items()},
         breakers=tuple(breaker_statuses(app)),
         history=tuple(history(app, limit=history_limit)) if with_history else None,
         windows=tuple(
-            WindowStatus.of(window, current.state, current.now)
-            for window in config_for(app).windows
+            WindowStatus.of(window, current.state, current.now) for window in config.windows
         ),
     )
 

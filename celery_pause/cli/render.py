@@ -277,6 +277,7 @@ def status_lines(view: Overview) -> list[str]:
     if restored is not None:
         lines.append(f"Restored by {restored.by} at {format_time(restored.at)}: {restored.lost}")
     lines.extend("  " + hold_line(hold, now, status.usage.get(hold.id)) for hold in status.holds)
+    lines.extend(parked_lines(view.parked))
     if status.scheduled:
         lines.append("Scheduled (cancel one with `resume --hold ID`):")
         lines.extend("  " + scheduled_line(hold, now) for hold in status.scheduled)
@@ -293,6 +294,15 @@ def status_lines(view: Overview) -> list[str]:
         lines.append("Breakers:")
         lines.extend("  " + breaker.describe() for breaker in breakers)
     return lines
+
+
+def parked_lines(parked: Mapping[str, int | None]) -> list[str]:
+    """A line for each hold with tasks parked on the broker (resume brings them back)."""
+    return [
+        f"  {count} task(s) of hold {hold} parked on the broker (resume brings them back)"
+        for hold, count in parked.items()
+        if count
+    ]
 
 
 def workers_lines(status: ClusterStatus) -> list[str]:

@@ -137,13 +137,17 @@ def gate(view: WorkerView) -> Iterator[Any]:
     yield _with(
         _counter(
             "celery_pause_gate_tasks",
-            "Task messages the gate held, released to the pool, or returned to the broker.",
+            "Task messages the gate held, released to the pool, returned to the broker, parked,"
+            " brought back from parking, or dropped as a second copy of a task id.",
             labels=["outcome"],
         ),
         [
             (["held"], float(counters.held)),
             (["released"], float(counters.released)),
             (["returned"], float(counters.returned)),
+            (["parked"], float(counters.parked)),
+            (["brought_back"], float(counters.brought_back)),
+            (["dropped"], float(counters.dropped)),
         ],
     )
     yield _gauge(

@@ -87,8 +87,6 @@ class ApplyStep(bootsteps.StartStopStep):
             on_backlog=lambda: self.consumer.call_soon(self._match_consumers),
             labels=self.config.labels,
         )
-        self.parking, self.unparking = parking_for(c, self.store, self.config)
-        self.gate.park_with(self.parking)
         c.on_task_request = self.gate
         if self.pool.start_check:
             StartCheck(c.pool, self.gate)
@@ -104,6 +102,10 @@ class ApplyStep(bootsteps.StartStopStep):
             listening=lambda: listening(c),
             lease=self.config.lease,
         )
+        self.parking, self.unparking = parking_for(
+            c, self.store, self.config, self.gate.counters, lambda: self.state.holds
+        )
+        self.gate.park_with(self.parking)
         self.limits = LimitKeeper(
             store=self.store,
             hostname=c.hostname,
@@ -340,10 +342,9 @@ class ApplyStep(bootsteps.StartStopStep):
             return
         scope = self.gate.scope if scope is None else scope
         backed_up = self.gate.pacing.backed_up
-        # A queue listed but not consumed yet (in start(), before the loop's first
-        # consume): cancel it if paused, so that first consume fetches nothing to
-        # hold; otherwise leave it to that consume. Consuming from here would let
-        # deliveries reach the consumer before the loop has set its callback.
+        # A queue listed but not consumed yet (in start(), before the loop's first consume):
+        # cancel it if paused, so that first consume fetches nothing to hold; otherwise leave
+        # it to that consume (from here, deliveries could beat the loop's callback).
         listed = {queue.name for queue in c.task_consumer.queues}
         for name in self.state.consumed:
             if name in backed_up or scope.covers(Target(queue=name, worker=c.hostname)):

@@ -22,6 +22,12 @@ class GateCounters:
     held: int = 0
     released: int = 0
     returned: int = 0
+    parked: int = 0
+    """Moved out to a parking queue (:mod:`.parking`)."""
+    brought_back: int = 0
+    """Moved by this worker from a parking queue back to where they came from."""
+    dropped: int = 0
+    """Copies that found another copy of their task id started."""
 
 
 @dataclass(frozen=True)

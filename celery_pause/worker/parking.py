@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import uuid
 from collections.abc import Callable, Iterable, Mapping
+from contextlib import suppress
 from typing import Any
 
 from celery import Celery
@@ -36,6 +37,7 @@ from ..model.scope import Target
 from ..model.state import Hold
 from ..stores import Store
 from ..stores.primitives import Record
+from .figures import GateCounters
 
 logger = logging.getLogger(__name__)
 
@@ -75,6 +77,21 @@ def publish_copy(producer: Producer, message: Any, marker: Marker, exchange: str
     )
 
 
+def waiting(conn: Connection, queue: str) -> int:
+    """Messages waiting in ``queue`` on ``conn``'s broker (0 if there is no such queue)."""
+    channel = conn.channel()  # type: ignore[no-untyped-call]
+    try:
+        _, count, _ = channel.queue_declare(queue=queue, passive=True)
+        return int(count)
+    except conn.channel_errors as exc:
+        if getattr(exc, "code", None) == 404 or "NOT_FOUND" in str(exc):
+            return 0
+        raise
+    finally:
+        with suppress(Exception):
+            channel.close()
+
+
 def copy_connection(app: Celery) -> Connection:
     """A connection of its own to the app's broker; on AMQP each publish waits for the
     broker's confirm."""
@@ -107,8 +124,8 @@ class Parking:
         self.life = life
         self.max_held = max_held
         self.enabled = app.connection_for_write().transport.driver_type in PARKING_DRIVERS
-        self.parked = 0
-        self.dropped = 0
+        self.counters = GateCounters()
+        """Where parked and dropped copies are counted (the gate's, once it parks with this)."""
         self._pauses: tuple[Hold, ...] = ()
         self._conn: Connection | None = None
         self._producer: Producer | None = None
@@ -136,7 +153,7 @@ class Parking:
             return False
         request.acknowledge()
         worker_state.task_ready(request)
-        self.parked += 1
+        self.counters.parked += 1
         return True
 
     def _register(self, hold: str, queue: str) -> None:
@@ -244,5 +261,5 @@ class Parking:
         )
         request.acknowledge()
         worker_state.task_ready(request)
-        self.dropped += 1
+        self.counters.dropped += 1
         return False

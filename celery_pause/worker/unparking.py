@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 import threading
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from celery import Celery
@@ -23,11 +23,21 @@ from kombu.messaging import Producer
 
 from ..errors import InvalidInput, StoreError
 from ..model.outcome import Outcome
-from ..model.parking import GRACE, PARKED_HEADER, REGISTRY, Marker, max_held_for
+from ..model.parking import (
+    GRACE,
+    PARKED_HEADER,
+    REGISTRY,
+    Marker,
+    max_held_for,
+    parking_queue,
+    registry_key,
+)
+from ..model.state import Hold
 from ..settings import PauseConfig
 from ..stores import Store
 from ..stores.primitives import Record
-from .parking import Parking, copy_connection, parked_queue, publish_copy
+from .figures import GateCounters
+from .parking import Parking, copy_connection, parked_queue, publish_copy, waiting
 
 logger = logging.getLogger(__name__)
 
@@ -47,15 +57,19 @@ class Unparking(threading.Thread):
         *,
         hostname: str,
         interval: float,
-        on_moved: Callable[[int], None] = lambda moved: None,
+        counters: GateCounters,
+        prefix: str,
+        holds: Callable[[], Iterable[Hold]],
     ) -> None:
         super().__init__(name="celery-pause-unparking", daemon=True)
         self.app = app
         self.store = store
         self.hostname = hostname
         self.interval = interval
-        self.on_moved = on_moved
-        self.moved = 0
+        self.counters = counters
+        self.prefix = prefix
+        self._holds = holds
+        self._seen: set[str] = set()
         self._wake = threading.Event()
         self._stopped = threading.Event()
 
@@ -81,23 +95,31 @@ class Unparking(threading.Thread):
                 logger.warning("celery-pause: cannot bring parked tasks back yet: %r", exc)
 
     def tick(self) -> int:
-        """Bring back the queues of every lifted hold this worker can take; how many moved."""
+        """Bring back the queues of every lifted hold this worker can take; how many moved.
+
+        The lifted holds are those the store's records name, and those this worker saw in
+        force (which finds the queues of a store that lost its records).
+        """
         records = self.store.read_records(REGISTRY)
-        if not records:
+        self._seen.update(hold.id for hold in self._holds() if hold.pauses)
+        if not (records or self._seen):
             return 0
         snapshot = self.store.read()
         live = {hold.id for hold in snapshot.state.active_holds(snapshot.now) if hold.pauses}
-        moved = 0
-        for key, record in records.items():
+        lifted = {hold: parking_queue(self.prefix, hold) for hold in self._seen - live}
+        for record in records.values():
             hold, queue = record.get("hold"), record.get("queue")
-            if not isinstance(hold, str) or not isinstance(queue, str) or hold in live:
-                continue
+            if isinstance(hold, str) and isinstance(queue, str) and hold not in live:
+                lifted[hold] = queue
+        self._seen &= live
+        moved = 0
+        for hold, queue in lifted.items():
             lease = f"unpark:{hold}"
             if not self.store.acquire_lease(lease, self.hostname, LEASE):
                 continue
             try:
                 moved += self._bring_back(queue, lease)
-                self._retire(key, queue, snapshot.now)
+                self._retire(hold, queue, snapshot.now)
             finally:
                 self.store.release_lease(lease, self.hostname)
         return moved
@@ -105,6 +127,8 @@ class Unparking(threading.Thread):
     def _bring_back(self, queue: str, lease: str) -> int:
         moved = 0
         with copy_connection(self.app) as conn:
+            if not waiting(conn, queue):
+                return 0
             source = parked_queue(queue)(conn.channel())
             producer = Producer(conn.channel())  # type: ignore[no-untyped-call]
             while not self._stopped.is_set():
@@ -114,12 +138,11 @@ class Unparking(threading.Thread):
                 self._send_back(producer, message, conn)
                 message.ack()
                 moved += 1
-                self.moved += 1
+                self.counters.brought_back += 1
                 if moved % BATCH == 0 and not self.store.acquire_lease(lease, self.hostname, LEASE):
                     break  # another worker took the queue over
         if moved:
             logger.info("celery-pause: brought %d parked task(s) back from %s", moved, queue)
-            self.on_moved(moved)
         return moved
 
     def _send_back(self, producer: Producer, message: Any, conn: Connection) -> None:
@@ -131,31 +154,35 @@ class Unparking(threading.Thread):
         fresh = Marker(uuid.uuid4().hex, marker.hold, marker.exchange, marker.routing_key)
         publish_copy(producer, message, fresh, marker.exchange, marker.routing_key)
 
-    def _retire(self, key: str, queue: str, now: float) -> None:
+    def _retire(self, hold: str, queue: str, now: float) -> None:
         """Delete ``queue`` and its record once it is empty and its hold was lifted long ago."""
 
         def lifted(current: Record | None, at: float) -> Outcome[Record, float]:
-            if current is None:
-                return Outcome(None, at)
-            if isinstance(current.get("lifted"), int | float):
+            if current is not None and isinstance(current.get("lifted"), int | float):
                 return Outcome(None, float(current["lifted"]))
-            return Outcome({**current, "lifted": at}, at)
+            return Outcome({"hold": hold, "queue": queue, **(current or {}), "lifted": at}, at)
 
+        key = registry_key(hold)
         since = self.store.update_record(key, lifted).result
         if now - since < GRACE:
             return
         with copy_connection(self.app) as conn:
-            channel = conn.channel()
-            _, count, _ = parked_queue(queue)(channel).queue_declare(passive=False)  # type: ignore[no-untyped-call]
-            if count:
+            if waiting(conn, queue):
                 return
-            parked_queue(queue)(channel).delete(if_empty=True)  # type: ignore[no-untyped-call]
+            parked_queue(queue)(conn.channel()).delete(if_empty=True)  # type: ignore[no-untyped-call]
         self.store.delete_record(key)
         logger.info("celery-pause: parking queue %s deleted: its hold was lifted", queue)
 
 
-def parking_for(c: Any, store: Store, config: PauseConfig) -> tuple[Parking, Unparking]:
-    """The parking of the worker of consumer ``c``, and its thread that brings tasks back."""
+def parking_for(
+    c: Any,
+    store: Store,
+    config: PauseConfig,
+    counters: GateCounters,
+    holds: Callable[[], Iterable[Hold]],
+) -> tuple[Parking, Unparking]:
+    """The parking of the worker of consumer ``c``, and its thread that brings tasks back
+    (both count into ``counters``, the gate's; ``holds``: the holds in force, as read)."""
     parking = Parking(
         c.app,
         store,
@@ -164,5 +191,14 @@ def parking_for(c: Any, store: Store, config: PauseConfig) -> tuple[Parking, Unp
         life=config.claim_life,
         max_held=config.max_held or max_held_for(c.initial_prefetch_count or 0),
     )
-    unparking = Unparking(c.app, store, hostname=c.hostname, interval=config.poll_interval)
+    parking.counters = counters
+    unparking = Unparking(
+        c.app,
+        store,
+        hostname=c.hostname,
+        interval=config.poll_interval,
+        counters=counters,
+        prefix=config.key_prefix,
+        holds=holds,
+    )
     return parking, unparking

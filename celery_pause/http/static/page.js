@@ -60,9 +60,11 @@ function fill(id, rows) {
   }
 }
 
-function limitText(h, usage) {
-  // "pause", or the limit and how much of it the cluster uses.
-  if (h.rate === undefined && h.concurrency === undefined) return "pause";
+function limitText(h, usage, parked) {
+  // "pause" (and how many of its tasks are parked), or the limit and how much of it is used.
+  if (h.rate === undefined && h.concurrency === undefined) {
+    return parked ? "pause; " + parked + " parked on the broker" : "pause";
+  }
   const parts = [];
   if (h.rate !== undefined && h.rate !== null) parts.push(h.rate + "/s" + (h.cost ? " of " + h.cost : ""));
   if (h.concurrency !== undefined && h.concurrency !== null) {
@@ -106,8 +108,9 @@ function render(doc) {
     (doc.restored ? " · restored by " + doc.restored.by + " at " + when(doc.restored.at) +
       ": " + doc.restored.lost : "");
   const usage = Object.fromEntries(doc.limits.map((u) => [u.id, u]));
+  const parked = Object.fromEntries((doc.parked || []).map((p) => [p.hold, p.tasks]));
   fill("holds", doc.holds.map((h) => [
-    h.source, holdScope(h), limitText(h, usage[h.id]), h.paused_by, h.reason,
+    h.source, holdScope(h), limitText(h, usage[h.id], parked[h.id]), h.paused_by, h.reason,
     when(h.start_at || h.paused_at), when(h.resume_at) || "—", h.beat,
   ]));
   fill("scheduled", doc.scheduled.map((h) => [
