@@ -21,6 +21,7 @@ import redis
 from celery import Celery
 
 import celery_pause
+from celery_pause.model.parking import REGISTRY
 
 from .polling import wait_for as wait_for
 from .processes import track
@@ -381,6 +382,10 @@ class Cluster:
             with suppress(AssertionError):
                 worker.stop(timeout=20)
             worker.kill()
+        parking: list[str] = []
+        with suppress(Exception):  # the parking queues the store names, to delete them too
+            records = celery_pause.stores.store_for(self.app).read_records(REGISTRY)
+            parking = [str(record.get("queue")) for record in records.values()]
         with suppress(celery_pause.PauseError):
             celery_pause.stores.store_for(self.app).close()
         prefix = f"celery-pause-test:{self.namespace}"
@@ -392,11 +397,12 @@ class Cluster:
         elif self.store_url.startswith(("db+", "memory")):
             purge(self.store_url, prefix)
         self.records_client.delete(self.record_key, self.finished_key)
-        self._delete_queues()
+        self._delete_queues(parking)
 
-    def _delete_queues(self) -> None:
+    def _delete_queues(self, parking: list[str]) -> None:
         names = {
             self.queue(),
+            *parking,
             *(q for w in self.workers for q in w._args[w._args.index("-Q") + 1].split(",")),
         }
         with suppress(Exception), self.app.connection_for_write() as conn:

@@ -33,17 +33,21 @@ def queue_depths(app: Celery, names: Iterable[str], timeout: float = 2.0) -> dic
             if conn.transport.driver_type not in COUNTING_DRIVERS:
                 return unknown
             conn.ensure_connection(max_retries=1, timeout=timeout)
-            return {name: _waiting(conn, name) for name in queues}
+            return {name: waiting(conn, name) for name in queues}
     except Exception as exc:  # the broker is down: the depths are unknown, not an error
         logger.debug("celery-pause: cannot count queued messages: %r", exc)
         return unknown
 
 
-def _waiting(conn: Any, name: str) -> int | None:
-    # One channel per queue: on AMQP a passive declare of a missing queue closes it.
+def waiting(conn: Any, name: str) -> int | None:
+    """Messages waiting in queue ``name`` on ``conn``'s broker (0: no such queue; ``None``:
+    the broker did not say)."""
+    # One channel per queue: on AMQP a passive declare of a missing queue closes it. On
+    # Redis a declare creates nothing, and a passive one misses a ``global_keyprefix``.
     channel = conn.channel()
     try:
-        _, count, _ = channel.queue_declare(queue=name, passive=True)
+        passive = conn.transport.driver_type == "amqp"
+        _, count, _ = channel.queue_declare(queue=name, passive=passive)
         return int(count)
     except conn.channel_errors as exc:
         if _not_found(exc):

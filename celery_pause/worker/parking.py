@@ -12,7 +12,6 @@ from __future__ import annotations
 import logging
 import uuid
 from collections.abc import Callable, Iterable, Mapping
-from contextlib import suppress
 from typing import Any
 
 from celery import Celery
@@ -75,21 +74,6 @@ def publish_copy(producer: Producer, message: Any, marker: Marker, exchange: str
         retry=False,
         **kept,
     )
-
-
-def waiting(conn: Connection, queue: str) -> int:
-    """Messages waiting in ``queue`` on ``conn``'s broker (0 if there is no such queue)."""
-    channel = conn.channel()  # type: ignore[no-untyped-call]
-    try:
-        _, count, _ = channel.queue_declare(queue=queue, passive=True)
-        return int(count)
-    except conn.channel_errors as exc:
-        if getattr(exc, "code", None) == 404 or "NOT_FOUND" in str(exc):
-            return 0
-        raise
-    finally:
-        with suppress(Exception):
-            channel.close()
 
 
 def copy_connection(app: Celery) -> Connection:

@@ -21,6 +21,7 @@ from celery import Celery
 from kombu.connection import Connection
 from kombu.messaging import Producer
 
+from ..api.depths import waiting
 from ..errors import InvalidInput, StoreError
 from ..model.outcome import Outcome
 from ..model.parking import (
@@ -37,7 +38,7 @@ from ..settings import PauseConfig
 from ..stores import Store
 from ..stores.primitives import Record
 from .figures import GateCounters
-from .parking import Parking, copy_connection, parked_queue, publish_copy, waiting
+from .parking import Parking, copy_connection, parked_queue, publish_copy
 
 logger = logging.getLogger(__name__)
 
@@ -127,7 +128,7 @@ class Unparking(threading.Thread):
     def _bring_back(self, queue: str, lease: str) -> int:
         moved = 0
         with copy_connection(self.app) as conn:
-            if not waiting(conn, queue):
+            if waiting(conn, queue) == 0:
                 return 0
             source = parked_queue(queue)(conn.channel())
             producer = Producer(conn.channel())  # type: ignore[no-untyped-call]
@@ -167,7 +168,7 @@ class Unparking(threading.Thread):
         if now - since < GRACE:
             return
         with copy_connection(self.app) as conn:
-            if waiting(conn, queue):
+            if waiting(conn, queue) != 0:
                 return
             parked_queue(queue)(conn.channel()).delete(if_empty=True)  # type: ignore[no-untyped-call]
         self.store.delete_record(key)

@@ -70,9 +70,10 @@ def test_a_paused_tenants_backlog_is_parked_and_comes_back_in_order_once(
     assert sorted(record["id"] for record in records) == sorted(a_ids + b_ids)
     assert parked(cluster, hold) == 0
     a_starts = {r["tag"]: r["started"] for r in records if r["tag"].startswith("A")}
-    first, last = [a_starts[f"A{i:03}"] for i in range(100)], [
-        a_starts[f"A{i:03}"] for i in range(200, 300)
-    ]
+    first, last = (
+        [a_starts[f"A{i:03}"] for i in range(100)],
+        [a_starts[f"A{i:03}"] for i in range(200, 300)],
+    )
     assert max(first) <= min(last), "a task sent late started before one sent early"
 
 
@@ -92,7 +93,9 @@ def test_a_task_id_moved_twice_runs_once(cell: tuple[Cluster, str]) -> None:
     # Then, resumed, each task ran exactly once, the twin's too, and the worker said it dropped one
     celery_pause.resume(cluster.app)
     records = cluster.wait_records(30, timeout=60)
-    wait_for(lambda: worker.log_count("another copy of it has started") >= 1, timeout=20, what="drop")
+    wait_for(
+        lambda: worker.log_count("another copy of it has started") >= 1, timeout=20, what="drop"
+    )
     assert sorted(record["id"] for record in records) == sorted(ids)
     assert twin in ids
     assert len(cluster.records()) == 30

@@ -1,0 +1,189 @@
+"""Parking under faults: a worker killed while it parks, a broker and a store restarted."""
+
+from __future__ import annotations
+
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+import celery_pause
+from celery_pause.api.depths import queue_depths
+from celery_pause.model.parking import parking_queue
+from celery_pause.settings import config_for
+from support.harness import AMQP_BROKER, REDIS_BROKER, Cluster, Worker, wait_for
+from support.redis_server import RedisServer
+from support.services import require
+
+LABELS = {"tenant": "tenant_id"}
+MAX_HELD = 10
+RESTORING = {  # Redis gives a dead worker's unacknowledged messages back after 3 s
+    "visibility_timeout": 3,
+    "unacked_restore_interval": 1,
+    "unacked_restore_throttle": 1,
+}
+
+
+def parked(cluster: Cluster, hold: str) -> int:
+    name = parking_queue(config_for(cluster.app).key_prefix, hold)
+    return queue_depths(cluster.app, [name])[name] or 0
+
+
+def send_a(cluster: Cluster, count: int) -> list[str]:
+    return [cluster.send(f"A{i:04}", kwargs={"tenant_id": "A"}) for i in range(count)]
+
+
+def settle(cluster: Cluster, hold: str, worker: Worker) -> None:
+    """Wait until nothing is parked and ``worker`` has nothing reserved."""
+    wait_for(
+        lambda: parked(cluster, hold) == 0 and worker.wait_applied().reserved == 0,
+        timeout=60,
+        what="the parking queue empty and the worker idle",
+    )
+
+
+@pytest.fixture(params=["redis", "amqp"])
+def killing_cluster(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Cluster]:
+    """A cluster whose broker gives a killed worker's messages back within seconds."""
+    if request.param == "amqp":
+        require("RabbitMQ", "127.0.0.1", 5672)
+        cluster = Cluster(broker=AMQP_BROKER, tmp=tmp_path, pause_labels=LABELS)
+    else:
+        require("Redis", "127.0.0.1", 6379)
+        cluster = Cluster(
+            broker=REDIS_BROKER,
+            tmp=tmp_path,
+            private_broker_keys=True,
+            broker_transport_options=RESTORING,
+            pause_labels=LABELS,
+        )
+    cluster.extra["pause_max_held"] = MAX_HELD
+    cluster.app.conf.pause_max_held = MAX_HELD
+    yield cluster
+    cluster.close()
+
+
+def test_a_worker_killed_while_it_parks_loses_nothing_and_runs_nothing_twice(
+    killing_cluster: Cluster,
+) -> None:
+    # Given two workers parking a paused tenant's backlog of 1500 tasks
+    cluster = killing_cluster
+    doomed, survivor = (cluster.worker(f"w{i}", concurrency=2) for i in (1, 2))
+    for worker in (doomed, survivor):
+        worker.wait_applied()
+    hold = celery_pause.pause(cluster.app, labels=["tenant=A"], wait=True, timeout=20).hold.id
+    ids = send_a(cluster, 1500)
+
+    # When one of them is killed (SIGKILL) while they move it
+    wait_for(lambda: parked(cluster, hold) >= 200, timeout=60, what="parking to start")
+    doomed.kill()
+
+    # Then the other parks the rest, the dead worker's messages too, once the broker gives
+    # them back
+    wait_for(lambda: parked(cluster, hold) >= 1500 - MAX_HELD, timeout=90, what="all parked")
+
+    # And, resumed, every task ran exactly once
+    celery_pause.resume(cluster.app)
+    records = cluster.wait_records(1500, timeout=180)
+    settle(cluster, hold, survivor)
+    records = cluster.records()
+    assert sorted(record["id"] for record in records) == sorted(ids)
+
+
+def test_parked_tasks_outlive_a_rabbitmq_restart(tmp_path: Path) -> None:
+    # Given a backlog parked on RabbitMQ (a durable queue, persistent messages)
+    require("RabbitMQ", "127.0.0.1", 5672)
+    cluster = Cluster(broker=AMQP_BROKER, tmp=tmp_path, pause_labels=LABELS)
+    cluster.app.conf.pause_max_held = MAX_HELD
+    cluster.extra["pause_max_held"] = MAX_HELD
+    try:
+        worker = cluster.worker("w1", concurrency=2)
+        worker.wait_applied()
+        hold = celery_pause.pause(cluster.app, labels=["tenant=A"], wait=True).hold.id
+        ids = send_a(cluster, 200)
+        wait_for(lambda: parked(cluster, hold) >= 200 - MAX_HELD, timeout=60, what="parked")
+
+        # When RabbitMQ restarts under the running worker, and the tenant is resumed
+        restart_rabbitmq()
+        wait_for(lambda: parked(cluster, hold) >= 200 - MAX_HELD, timeout=60, what="recovered")
+        celery_pause.resume(cluster.app)
+
+        # Then every task ran exactly once
+        cluster.wait_records(200, timeout=120)
+        settle(cluster, hold, worker)
+        assert sorted(record["id"] for record in cluster.records()) == sorted(ids)
+    finally:
+        cluster.close()
+
+
+def test_parked_tasks_outlive_a_redis_restart(tmp_path: Path) -> None:
+    # Given a Redis broker that writes every change to disk (AOF), and a backlog parked on it
+    durable = ("--appendonly", "yes", "--appendfsync", "always", "--dir", str(tmp_path))
+    with RedisServer(args=durable) as broker:
+        cluster = Cluster(broker=broker.url(), tmp=tmp_path, pause_labels=LABELS)
+        cluster.app.conf.pause_max_held = MAX_HELD
+        cluster.extra["pause_max_held"] = MAX_HELD
+        try:
+            worker = cluster.worker("w1", concurrency=2)
+            worker.wait_applied()
+            hold = celery_pause.pause(cluster.app, labels=["tenant=A"], wait=True).hold.id
+            ids = send_a(cluster, 200)
+            wait_for(lambda: parked(cluster, hold) >= 200 - MAX_HELD, timeout=60, what="parked")
+
+            # When the worker stops, the broker restarts, a worker starts again, and the tenant
+            # is resumed (Celery 5.7 exits a worker holding unacknowledged messages when its
+            # Redis broker restarts, so the worker is restarted here as its supervisor would)
+            worker.stop()
+            broker.restart()
+            assert parked(cluster, hold) >= 200 - MAX_HELD
+            worker = cluster.worker("w2", concurrency=2)
+            worker.wait_applied()
+            celery_pause.resume(cluster.app)
+
+            # Then every task ran exactly once
+            cluster.wait_records(200, timeout=120)
+            wait_for(
+                lambda: parked(cluster, hold) == 0 and idle([worker]), timeout=60, what="quiet"
+            )
+            assert sorted(record["id"] for record in cluster.records()) == sorted(ids)
+        finally:
+            cluster.close()
+
+
+def restart_rabbitmq() -> None:
+    """Stop and start the RabbitMQ application (its durable queues are read back from disk)."""
+    for command in (["stop_app"], ["start_app"], ["await_startup"]):
+        subprocess.run(["rabbitmqctl", "-q", *command], check=True, timeout=120)
+    require("RabbitMQ", "127.0.0.1", 5672)
+
+
+def test_parked_tasks_come_back_after_the_store_forgot_their_records(tmp_path: Path) -> None:
+    # Given a store without persistence, and a backlog parked while a tenant is paused
+    require("Redis", "127.0.0.1", 6379)
+    with RedisServer() as store:
+        cluster = Cluster(broker=REDIS_BROKER, tmp=tmp_path, store=store.url(), pause_labels=LABELS)
+        cluster.app.conf.pause_max_held = MAX_HELD
+        cluster.extra["pause_max_held"] = MAX_HELD
+        try:
+            worker = cluster.worker("w1", concurrency=2)
+            worker.wait_applied()
+            hold = celery_pause.pause(cluster.app, labels=["tenant=A"], wait=True).hold.id
+            ids = send_a(cluster, 100)
+            wait_for(lambda: parked(cluster, hold) >= 100 - MAX_HELD, timeout=60, what="parked")
+
+            # When the store restarts empty (the worker restores the pause it knew), and the
+            # tenant is resumed
+            store.restart()
+            wait_for(
+                lambda: any(h.id == hold for h in celery_pause.status(cluster.app).holds),
+                timeout=30,
+                what="the pause restored",
+            )
+            celery_pause.resume(cluster.app)
+
+            # Then every parked task came back and ran exactly once
+            cluster.wait_records(100, timeout=60)
+            assert sorted(record["id"] for record in cluster.records()) == sorted(ids)
+        finally:
+            cluster.close()
