@@ -85,7 +85,7 @@ def test_a_worker_killed_while_it_parks_loses_nothing_and_runs_nothing_twice(
 
     # And, resumed, every task ran exactly once
     celery_pause.resume(cluster.app)
-    records = cluster.wait_records(1500, timeout=180)
+    cluster.wait_records(1500, timeout=180)
     settle(cluster, hold, survivor)
     records = cluster.records()
     assert sorted(record["id"] for record in records) == sorted(ids)
@@ -143,9 +143,7 @@ def test_parked_tasks_outlive_a_redis_restart(tmp_path: Path) -> None:
 
             # Then every task ran exactly once
             cluster.wait_records(200, timeout=120)
-            wait_for(
-                lambda: parked(cluster, hold) == 0 and idle([worker]), timeout=60, what="quiet"
-            )
+            settle(cluster, hold, worker)
             assert sorted(record["id"] for record in cluster.records()) == sorted(ids)
         finally:
             cluster.close()
