@@ -12,6 +12,7 @@ from . import beat, control  # noqa: F401
 from .api import pause, resume, spend, status, throttle
 from .api.overload import Overloaded
 from .api.results import ClusterStatus, PauseResult, ResumeResult, ThrottleResult
+from .api.sending import park_at_send
 from .breaker.circuit import CircuitBreaker
 from .breaker.status import BreakerStatus, breaker_status, breaker_statuses
 from .breaker.task import BreakerTask
@@ -75,8 +76,9 @@ __all__ = (
 
 
 def install(app: Celery) -> Celery:
-    """Add :class:`PauseStep` to ``app``'s worker consumer: exactly
-    ``app.steps["consumer"].add(PauseStep)``.
+    """Add :class:`PauseStep` to ``app``'s worker consumer
+    (``app.steps["consumer"].add(PauseStep)``), and, with ``pause_park_at_send = True``,
+    have ``app`` send a task whose scope is paused straight to its parking queue.
 
     Parameters:
         app: The Celery app whose workers take part in the pause.
@@ -85,4 +87,5 @@ def install(app: Celery) -> Celery:
         ``app``, so that ``app = install(Celery(...))`` reads as one line.
     """
     app.steps["consumer"].add(PauseStep)
+    park_at_send(app)
     return app

@@ -30,6 +30,7 @@ DEFAULTS: dict[str, Any] = {
     "pause_poll_interval": 2.0,
     "pause_max_hold": 300.0,
     "pause_max_held": None,
+    "pause_park_at_send": False,
     "pause_worker_ttl": 10.0,
     "pause_lease": 10.0,
     "pause_forget_worker_after": 300.0,
@@ -65,6 +66,8 @@ class PauseConfig:
     max_held: int | None = DEFAULTS["pause_max_held"]
     """Messages a worker holds at most before it parks the rest on the broker (``None``:
     :func:`~celery_pause.model.parking.max_held_for` its prefetch window)."""
+    park_at_send: bool = DEFAULTS["pause_park_at_send"]
+    """Whether a task sent while its scope is paused goes straight to its parking queue."""
     claim_life: float = CLAIM_LIFE
     """Seconds the claim of a moved task id is kept (:mod:`.model.parking`)."""
     lease: float | None = DEFAULTS["pause_lease"]
@@ -158,6 +161,7 @@ class PauseConfig:
             ),
             stretched=stretched,
             store_notify=read.flag("pause_store_notify"),
+            park_at_send=read.flag("pause_park_at_send"),
         )
 
 

@@ -112,6 +112,12 @@ def make_app(
             "worker": self.request.hostname,
             "worker_pid": worker_pid(),
             "labels": labels,
+            "seen": {  # what the task sees of its message: a custom header, parking's, retries
+                "trace": getattr(self.request, "trace", None),
+                "parked_header": getattr(self.request, "celery_pause_parked", None) is not None,
+                "retries": self.request.retries,
+                "eta": self.request.eta,
+            },
         }
         records.rpush(record_key, recorded(entry))
         if isinstance(labels.get("spend"), dict):  # what the task really cost

@@ -32,8 +32,11 @@ Reader = Callable[[PauseState, float], None]
 class BeatWatch(threading.Thread):
     """Keeps beat's copy of the pause state fresh."""
 
-    def __init__(self, *, store: Store, config: PauseConfig, on_read: Reader) -> None:
-        super().__init__(name="celery-pause-beat", daemon=True)
+    def __init__(
+        self, *, store: Store, config: PauseConfig, on_read: Reader, who: str = "beat"
+    ) -> None:
+        super().__init__(name=f"celery-pause-{who}", daemon=True)
+        self.who = who
         self.store = store
         self.config = config
         self._on_read = on_read
@@ -45,6 +48,12 @@ class BeatWatch(threading.Thread):
 
     def stop(self) -> None:
         self._stopping.set()
+
+    @property
+    def last_read(self) -> tuple[PauseState, float, float] | None:
+        """The last state read, the store time of that read and the local monotonic time of
+        it (``None`` before one)."""
+        return self._read
 
     def now(self) -> float | None:
         """The store's clock, extrapolated from the last read (``None`` before one)."""
@@ -71,13 +80,14 @@ class BeatWatch(threading.Thread):
         except StoreError as exc:
             self.store_ok = False
             self._errors.error(
-                "celery-pause: beat cannot read the pause state: %s; keeping the last state "
+                "celery-pause: %s cannot read the pause state: %s; keeping the last state "
                 "read (or sending every entry if none was read yet), retrying",
+                self.who,
                 exc,
             )
             return
         if not self.store_ok and self._read is not None:
-            logger.warning("celery-pause: beat reads the pause state again")
+            logger.warning("celery-pause: %s reads the pause state again", self.who)
         self.store_ok = True
         state = with_windows(snapshot.state, self.config.windows, snapshot.now)
         self._read = (state, snapshot.now, time.monotonic())
@@ -97,5 +107,5 @@ class BeatWatch(threading.Thread):
                         wait = min(wait, max(due, 0.0) + 0.001)
             except Exception:
                 # A bug must not end the thread: beat would stop following the store.
-                logger.exception("celery-pause: beat's pause watch failed; retrying")
+                logger.exception("celery-pause: %s's pause watch failed; retrying", self.who)
             self._stopping.wait(wait)

@@ -10,6 +10,7 @@ than Redis and RabbitMQ park nothing: their held messages stay in the worker, as
 from __future__ import annotations
 
 import logging
+import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
@@ -46,6 +47,8 @@ TargetOf = Callable[[Request], Target]
 
 PARKING_DRIVERS = ("redis", "amqp")
 """Brokers whose held messages are parked: those that can count and confirm them."""
+REGISTER_EVERY = 30.0
+"""Seconds between two writes of a parking queue's record while tasks are parked there."""
 KEPT_PROPERTIES = ("correlation_id", "reply_to", "expiration", "message_id", "timestamp", "type")
 """Message properties a copy keeps (beside priority, delivery mode and the content's type)."""
 
@@ -85,6 +88,28 @@ def copy_connection(app: Celery) -> Connection:
     return conn  # type: ignore[no-any-return]
 
 
+class Registry:
+    """Names parking queues in the store (again every :data:`REGISTER_EVERY` seconds while
+    tasks are parked there: a store that lost a record gets it back)."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+        self._named: dict[str, float] = {}
+
+    def name(self, hold: str, queue: str) -> None:
+        """Record ``queue`` as ``hold``'s parking queue, unless done within the interval."""
+        if time.monotonic() - self._named.get(queue, -REGISTER_EVERY) < REGISTER_EVERY:
+            return
+
+        def change(current: Record | None, now: float) -> Outcome[Record, bool]:
+            if current is not None and current.get("queue") == queue:
+                return Outcome(None, False)
+            return Outcome({"hold": hold, "queue": queue, "since": now}, True)
+
+        self.store.update_record(registry_key(hold), change)
+        self._named[queue] = time.monotonic()
+
+
 class Parking:
     """Parks held requests, and has each copy that may have a twin claim its task id."""
 
@@ -114,42 +139,40 @@ class Parking:
         self._conn: Connection | None = None
         self._producer: Producer | None = None
         self._declared: set[str] = set()
+        self.registry = Registry(store)
 
     def park(self, request: Request, hold: str) -> bool:
         """Park ``request``'s message under ``hold``; whether it did (then the original is
         acknowledged and the request forgotten). A broker or store that fails leaves it."""
-        message = request.message
-        info = message.delivery_info or {}
         queue = parking_queue(self.prefix, hold)
-        marker = Marker(
-            copy=uuid.uuid4().hex,
-            hold=hold,
-            exchange=text_of(info.get("exchange")),
-            routing_key=text_of(info.get("routing_key")),
-        )
         try:
-            self._register(hold, queue)
-            producer = self._producer_for(queue)
-            publish_copy(producer, message, marker, queue, queue)
+            message = request.message
+            info = message.delivery_info if isinstance(message.delivery_info, Mapping) else {}
+            marker = Marker(
+                copy=uuid.uuid4().hex,
+                hold=hold,
+                exchange=text_of(info.get("exchange")),
+                routing_key=text_of(info.get("routing_key")),
+            )
+            self.registry.name(hold, queue)
+            publish_copy(self._producer_for(queue), message, marker, queue, queue)
         except Exception as exc:  # the broker or store failed: the message stays held
             logger.warning("celery-pause: cannot park task %s: %r", text_of(request.id), exc)
             self._reset()
             return False
-        request.acknowledge()
-        worker_state.task_ready(request)
+        self._forget(request)
         self.counters.parked += 1
         return True
 
-    def _register(self, hold: str, queue: str) -> None:
-        if queue in self._declared:
-            return
-
-        def change(current: Record | None, now: float) -> Outcome[Record, bool]:
-            if current is not None and current.get("queue") == queue:
-                return Outcome(None, False)
-            return Outcome({"hold": hold, "queue": queue, "since": now}, True)
-
-        self.store.update_record(registry_key(hold), change)
+    @staticmethod
+    def _forget(request: Request) -> None:
+        """Acknowledge ``request`` (another copy of it is safe) and forget it."""
+        try:
+            request.acknowledge()
+        except Exception as exc:  # the channel is gone: the broker redelivers it, and the
+            # copy that comes back then loses its claim to the one that is safe
+            logger.debug("celery-pause: task %s not acknowledged: %r", text_of(request.id), exc)
+        worker_state.task_ready(request)
 
     def _producer_for(self, queue: str) -> Producer:
         if self._producer is None:
@@ -243,7 +266,6 @@ class Parking:
         logger.warning(
             "celery-pause: task %s: another copy of it has started; this one is dropped", task_id
         )
-        request.acknowledge()
-        worker_state.task_ready(request)
+        self._forget(request)
         self.counters.dropped += 1
         return False

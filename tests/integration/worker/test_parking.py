@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -123,3 +124,38 @@ def copy_parked(cluster: Cluster, hold: str) -> str:
             )
         message.ack()
         return str(message.headers["id"])
+
+
+def test_a_producer_with_the_hook_sends_a_paused_tenants_tasks_straight_to_parking(
+    cell: tuple[Cluster, str],
+) -> None:
+    # Given a producer that parks at send, a worker, and tenant A paused
+    cluster, pool = cell
+    cluster.app.conf.pause_park_at_send = True
+    celery_pause.install(cluster.app)
+    worker = cluster.worker("w1", pool=pool, concurrency=2)
+    worker.wait_applied()
+    hold = celery_pause.pause(cluster.app, labels=["tenant=A"], wait=True, timeout=20).hold.id
+
+    # When 50 tasks of A (one with a countdown, each with a header of its own) and 5 of B are sent
+    sent_at = time.time()
+    a_ids = [
+        send(cluster, "A", f"A{i:03}", headers={"trace": f"t{i}"}, countdown=3 if i == 0 else None)
+        for i in range(50)
+    ]
+    b_ids = [send(cluster, "B", f"B{i}") for i in range(5)]
+
+    # Then B's ran, and A's went to the parking queue without passing through the worker
+    wait_for(lambda: len(cluster.records()) == 5, timeout=30, what="B's tasks")
+    assert parked(cluster, hold) == 50
+    assert worker.wait_applied().held == 0
+
+    # When A is resumed, Then each ran once, seeing its headers as sent, the countdown kept
+    celery_pause.resume(cluster.app)
+    records = cluster.wait_records(55, timeout=60)
+    assert sorted(r["id"] for r in records) == sorted(a_ids + b_ids)
+    a_records = {r["tag"]: r for r in records if r["tag"].startswith("A")}
+    assert all(r["seen"]["trace"] == f"t{int(tag[1:])}" for tag, r in a_records.items())
+    assert not any(r["seen"]["parked_header"] for r in records)
+    assert all(r["seen"]["retries"] == 0 for r in records)
+    assert a_records["A000"]["started"] >= sent_at + 3

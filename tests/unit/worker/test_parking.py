@@ -1,0 +1,152 @@
+"""Parking's decisions: what a copy claims as, what is parked, and who wins a claim."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+import pytest
+from celery import Celery
+from celery.worker.request import Request
+from hypothesis import given, settings
+
+from celery_pause.model.parking import (
+    MIN_MAX_HELD,
+    PARKED_HEADER,
+    SOURCE_COPY,
+    Marker,
+    claim_life,
+    max_held_for,
+    parking_queue,
+)
+from celery_pause.model.scope import Scope, Target
+from celery_pause.model.state import Hold
+from celery_pause.stores.memory import MemoryStore
+from celery_pause.worker.parking import Parking
+from support.hostile import values
+from support.requests import request_of
+
+
+class Channel:
+    """Where a message's acknowledgement goes (the broker's channel, as kombu calls it)."""
+
+    no_ack_consumers = None
+
+    def __init__(self) -> None:
+        self.acked: list[Any] = []
+
+    def basic_ack(self, delivery_tag: Any, multiple: bool = False) -> None:
+        self.acked.append(delivery_tag)
+
+
+def parking(store: MemoryStore | None = None) -> Parking:
+    app = Celery("parking", broker="memory://", set_as_current=False)
+    return Parking(
+        app,
+        store or MemoryStore("memory://parking", uuid.uuid4().hex),
+        prefix="celery-pause:proj",
+        hostname="w1@host",
+        life=3600.0,
+        max_held=2,
+    )
+
+
+def delivered(headers: dict[str, Any] | None = None, *, redelivered: Any = False) -> Request:
+    """A request whose message came through a channel, with ``headers`` added."""
+    request = request_of("A", **(headers or {}))
+    request.message.channel = Channel()
+    request.message.delivery_tag = uuid.uuid4().hex
+    request.message.delivery_info["redelivered"] = redelivered
+    request._on_ack = request.message.ack_log_error  # as a worker's strategy sets it
+    return request
+
+
+def marker(copy: str = "c1") -> dict[str, str]:
+    return Marker(copy, "h1", "celery", "celery").to_header()
+
+
+def test_a_copy_claims_as_its_marker_says_a_redelivered_one_as_the_source() -> None:
+    assert Parking.copy_of(delivered()) is None
+    assert Parking.copy_of(delivered(redelivered=True)) == SOURCE_COPY
+    assert Parking.copy_of(delivered({PARKED_HEADER: marker("c7")})) == "c7"
+    assert Parking.copy_of(delivered(redelivered="yes")) is None  # only True says redelivered
+
+
+@settings(max_examples=200, deadline=None)
+@given(header=values, redelivered=values)
+def test_no_header_content_raises_out_of_copy_of(header: Any, redelivered: Any) -> None:
+    copy = Parking.copy_of(delivered({PARKED_HEADER: header}, redelivered=redelivered))
+    assert copy is None or isinstance(copy, str)
+
+
+def test_marker_reads_only_what_it_wrote() -> None:
+    assert Marker.from_header(marker("c1")) == Marker("c1", "h1", "celery", "celery")
+    for bad in (None, "c1", [], {"copy": "", "hold": "h", "exchange": "", "routing_key": "q"}):
+        assert Marker.from_header(bad) is None
+    assert Marker.from_header({**marker(), "routing_key": 7}) is None
+
+
+def test_the_first_copy_to_start_wins_the_claim_the_same_copy_again_too() -> None:
+    # Given one store, and two copies of one task id, each parked once
+    store = MemoryStore("memory://claims", uuid.uuid4().hex)
+    first = delivered({PARKED_HEADER: marker("c1")})
+    twin = delivered({PARKED_HEADER: marker("c2"), "id": first.id})
+    again = delivered({PARKED_HEADER: marker("c1"), "id": first.id})
+
+    # When each asks to start, the first copy, its twin, then the first copy delivered again
+    outcomes = [parking(store).claims(request) for request in (first, twin, again)]
+
+    # Then the first starts (its marker taken off), the twin is acknowledged and dropped, and
+    # the first copy delivered again starts, as an acks_late task does after a lost worker
+    assert outcomes == [True, False, True]
+    assert PARKED_HEADER not in first._request_dict
+    assert twin.message.channel.acked == [twin.message.delivery_tag]
+    assert first.message.channel.acked == []
+
+
+def test_a_request_never_moved_claims_nothing() -> None:
+    store = MemoryStore("memory://claims", uuid.uuid4().hex)
+    assert parking(store).claims(delivered())
+    assert store.record_keys("") == []
+
+
+def test_the_newest_past_the_bound_are_parked_under_the_pause_that_covers_them() -> None:
+    # Given a parking that keeps two, a pause of tenant A, and five held requests (A, B, A, A, A)
+    park = parking()
+    park.under([Hold(id="hA", scope=Scope.of(labels=["tenant=A"]))])
+    tenants = ["A", "B", "A", "A", "A"]
+    held = [(request_of(t), float(i)) for i, t in enumerate(tenants)]
+
+    def target_of(request: Request) -> Target:
+        return Target(queue="celery", label=(f"tenant={request.kwargs['tenant_id']}",))
+
+    # When it chooses what to park
+    over = park.overflow(held, 2, target_of)
+
+    # Then the three newest of A go, newest first; the oldest A and the B stay
+    assert [since for _, since in over] == [4.0, 3.0, 2.0]
+    assert park.hold_of(target_of(held[1][0])) is None
+
+
+def test_the_default_bound_is_four_prefetch_windows_and_at_least_64() -> None:
+    assert max_held_for(0) == MIN_MAX_HELD
+    assert max_held_for(8) == MIN_MAX_HELD
+    assert max_held_for(40) == 160
+
+
+@pytest.mark.parametrize(
+    ("prefix", "hold", "expected"),
+    [
+        ("celery-pause:proj", "a1b2", "celery-pause:proj.parked.a1b2"),
+        ("my app\n", "h/1", "my_app_.parked.h_1"),
+    ],
+)
+def test_a_parking_queue_is_named_after_the_prefix_and_hold(
+    prefix: str, hold: str, expected: str
+) -> None:
+    assert parking_queue(prefix, hold) == expected
+
+
+def test_a_claim_outlives_twice_a_long_visibility_timeout() -> None:
+    assert claim_life(None) == 6 * 3600
+    assert claim_life(36000) == 72000
