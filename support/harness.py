@@ -21,7 +21,7 @@ import redis
 from celery import Celery
 
 import celery_pause
-from celery_pause.model.parking import REGISTRY
+from celery_pause.model.parking import REGISTRY, parking_queues
 
 from .polling import wait_for as wait_for
 from .processes import track
@@ -384,8 +384,8 @@ class Cluster:
             worker.kill()
         parking: list[str] = []
         with suppress(Exception):  # the parking queues the store names, to delete them too
-            records = celery_pause.stores.store_for(self.app).read_records(REGISTRY)
-            parking = [str(record.get("queue")) for record in records.values()]
+            record = celery_pause.stores.store_for(self.app).read_record(REGISTRY)
+            parking = list(parking_queues(record).values())
         with suppress(celery_pause.PauseError):
             celery_pause.stores.store_for(self.app).close()
         prefix = f"celery-pause-test:{self.namespace}"

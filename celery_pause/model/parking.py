@@ -15,13 +15,24 @@ of the id finds the claim taken and is dropped, while the same copy delivered ag
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
+
+from .outcome import Outcome
+
+R = TypeVar("R")
+Record = dict[str, Any]
+RecordChange = Callable[[Record | None, float], Outcome[Record, R]]
+"""A change of a store record, as ``Store.update_record`` applies it."""
 
 PARKED_HEADER = "celery_pause_parked"
 """The header a parked or brought-back copy carries (taken off before the task starts)."""
-REGISTRY = "parked:"
-"""Prefix of the store records naming each hold's parking queue."""
+REGISTRY = "parking"
+"""The store record naming each hold's parking queue: ``{"queues": {hold: {"queue": name,
+"since": t, "lifted": t}}}`` (``lifted`` once a worker found the hold lifted)."""
+CLAIMS = "claim:"
+"""Prefix of the store leases the copies claim (a lease each: ``lease:claim:<task id>``)."""
 SOURCE_COPY = "source"
 """The copy a message never moved claims as."""
 CLAIM_LIFE = 6 * 3600.0
@@ -77,14 +88,69 @@ def parking_queue(prefix: str, hold: str) -> str:
     return _UNSAFE.sub("_", f"{prefix}.parked.{hold}")
 
 
-def registry_key(hold: str) -> str:
-    """The store record that names ``hold``'s parking queue."""
-    return f"{REGISTRY}{hold}"
-
-
 def claim_key(task_id: str) -> str:
     """The store lease a copy of ``task_id`` takes before it starts."""
-    return f"claim:{task_id}"
+    return f"{CLAIMS}{task_id}"
+
+
+def parking_queues(record: Record | None) -> dict[str, str]:
+    """Each hold's parking queue that the :data:`REGISTRY` record names (an entry it cannot
+    read is left out)."""
+    queues = record.get("queues") if record is not None else None
+    if not isinstance(queues, dict):
+        return {}
+    return {
+        hold: entry["queue"]
+        for hold, entry in queues.items()
+        if isinstance(entry, dict) and isinstance(entry.get("queue"), str)
+    }
+
+
+def named(hold: str, queue: str) -> RecordChange[bool]:
+    """Name ``queue`` as ``hold``'s parking queue in the :data:`REGISTRY` record (no write if
+    it is named, and not marked lifted)."""
+
+    def change(current: Record | None, now: float) -> Outcome[Record, bool]:
+        queues = _queues(current)
+        entry = queues.get(hold)
+        if isinstance(entry, dict) and entry.get("queue") == queue and "lifted" not in entry:
+            return Outcome(None, False)
+        return Outcome({"queues": {**queues, hold: {"queue": queue, "since": now}}}, True)
+
+    return change
+
+
+def lifted(hold: str, queue: str) -> RecordChange[float]:
+    """Mark ``hold`` lifted (at the store's time, unless marked before); when it was."""
+
+    def change(current: Record | None, now: float) -> Outcome[Record, float]:
+        queues = _queues(current)
+        entry = queues.get(hold)
+        at = entry.get("lifted") if isinstance(entry, dict) else None
+        if isinstance(at, int | float) and not isinstance(at, bool):
+            return Outcome(None, float(at))
+        marked = {"queue": queue, "since": now, **(entry or {}), "lifted": now}
+        return Outcome({"queues": {**queues, hold: marked}}, now)
+
+    return change
+
+
+def forgotten(hold: str) -> RecordChange[bool]:
+    """Take ``hold`` out of the :data:`REGISTRY` record (its queue was deleted)."""
+
+    def change(current: Record | None, now: float) -> Outcome[Record, bool]:
+        queues = _queues(current)
+        if hold not in queues:
+            return Outcome(None, False)
+        rest = {key: entry for key, entry in queues.items() if key != hold}
+        return Outcome({"queues": rest} if rest else {}, True)
+
+    return change
+
+
+def _queues(record: Record | None) -> dict[str, Any]:
+    queues = record.get("queues") if record is not None else None
+    return dict(queues) if isinstance(queues, dict) else {}
 
 
 def max_held_for(prefetch: int) -> int:

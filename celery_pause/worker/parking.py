@@ -24,19 +24,18 @@ from kombu.messaging import Producer
 
 from ..errors import InvalidInput
 from ..model.content import text_of
-from ..model.outcome import Outcome
 from ..model.parking import (
     PARKED_HEADER,
+    REGISTRY,
     SOURCE_COPY,
     Marker,
     claim_key,
+    named,
     parking_queue,
-    registry_key,
 )
 from ..model.scope import Target
 from ..model.state import Hold
 from ..stores import Store
-from ..stores.primitives import Record
 from .figures import GateCounters
 
 logger = logging.getLogger(__name__)
@@ -100,13 +99,7 @@ class Registry:
         """Record ``queue`` as ``hold``'s parking queue, unless done within the interval."""
         if time.monotonic() - self._named.get(queue, -REGISTER_EVERY) < REGISTER_EVERY:
             return
-
-        def change(current: Record | None, now: float) -> Outcome[Record, bool]:
-            if current is not None and current.get("queue") == queue:
-                return Outcome(None, False)
-            return Outcome({"hold": hold, "queue": queue, "since": now}, True)
-
-        self.store.update_record(registry_key(hold), change)
+        self.store.update_record(REGISTRY, named(hold, queue))
         self._named[queue] = time.monotonic()
 
 

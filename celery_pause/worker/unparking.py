@@ -1,18 +1,19 @@
 """Bringing parked messages back once their hold is lifted (a thread per worker).
 
 Every few seconds, and when woken by a change of the state, the thread reads the store's
-parking records (:data:`~celery_pause.model.parking.REGISTRY`); for each whose hold is no
+parking record (:data:`~celery_pause.model.parking.REGISTRY`); for each hold there that is no
 longer in force it takes the hold's lease (one worker moves a queue, so the order holds)
 and moves the queue's messages, oldest first, back to the exchange and routing key each
 came from: publish (confirmed on AMQP), then acknowledge the parked copy. A queue found
 empty :data:`~celery_pause.model.parking.GRACE` seconds after its hold was lifted is
-deleted with its record.
+deleted and forgotten.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+import time
 import uuid
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -25,18 +26,21 @@ from ..api.depths import waiting
 from ..errors import InvalidInput, StoreError
 from ..model.outcome import Outcome
 from ..model.parking import (
+    CLAIMS,
     GRACE,
     PARKED_HEADER,
     REGISTRY,
     Marker,
+    forgotten,
+    lifted,
     max_held_for,
     parking_queue,
-    registry_key,
+    parking_queues,
 )
 from ..model.state import Hold
 from ..settings import PauseConfig
 from ..stores import Store
-from ..stores.primitives import Record
+from ..stores.primitives import Record, lease_holder, lease_key
 from .figures import GateCounters
 from .parking import Parking, copy_connection, parked_queue, publish_copy
 
@@ -46,6 +50,9 @@ LEASE = 30.0
 """Seconds a worker holds the lease of a queue it moves (renewed every :data:`BATCH`)."""
 BATCH = 500
 """Messages moved between two renewals of the lease."""
+SWEEP_EVERY = 3600.0
+"""Seconds between two sweeps of the expired claims."""
+SWEEP = "sweep-claims"
 
 
 class Unparking(threading.Thread):
@@ -71,6 +78,7 @@ class Unparking(threading.Thread):
         self.prefix = prefix
         self._holds = holds
         self._seen: set[str] = set()
+        self._next_sweep = time.monotonic() + SWEEP_EVERY
         self._wake = threading.Event()
         self._stopped = threading.Event()
 
@@ -90,6 +98,9 @@ class Unparking(threading.Thread):
                 return
             try:
                 self.tick()
+                if time.monotonic() >= self._next_sweep:
+                    self._next_sweep = time.monotonic() + SWEEP_EVERY
+                    self.sweep()
             except (StoreError, InvalidInput) as exc:
                 logger.warning("celery-pause: cannot bring parked tasks back yet: %s", exc)
             except Exception as exc:  # the broker failed: try again at the next tick
@@ -101,17 +112,14 @@ class Unparking(threading.Thread):
         The lifted holds are those the store's records name, and those this worker saw in
         force (which finds the queues of a store that lost its records).
         """
-        records = self.store.read_records(REGISTRY)
+        named = parking_queues(self.store.read_record(REGISTRY))
         self._seen.update(hold.id for hold in self._holds() if hold.pauses)
-        if not (records or self._seen):
+        if not (named or self._seen):
             return 0
         snapshot = self.store.read()
         live = {hold.id for hold in snapshot.state.active_holds(snapshot.now) if hold.pauses}
         lifted = {hold: parking_queue(self.prefix, hold) for hold in self._seen - live}
-        for record in records.values():
-            hold, queue = record.get("hold"), record.get("queue")
-            if isinstance(hold, str) and isinstance(queue, str) and hold not in live:
-                lifted[hold] = queue
+        lifted.update({hold: queue for hold, queue in named.items() if hold not in live})
         self._seen &= live
         moved = 0
         for hold, queue in lifted.items():
@@ -124,6 +132,15 @@ class Unparking(threading.Thread):
             finally:
                 self.store.release_lease(lease, self.hostname)
         return moved
+
+    def sweep(self) -> int:
+        """Delete the claims that expired (one worker at a time); how many."""
+        if not self.store.acquire_lease(SWEEP, self.hostname, LEASE):
+            return 0
+        swept = 0
+        for key in self.store.record_keys(lease_key(CLAIMS)):
+            swept += self.store.update_record(key, _expired).result
+        return swept
 
     def _bring_back(self, queue: str, lease: str) -> int:
         moved = 0
@@ -157,22 +174,22 @@ class Unparking(threading.Thread):
 
     def _retire(self, hold: str, queue: str, now: float) -> None:
         """Delete ``queue`` and its record once it is empty and its hold was lifted long ago."""
-
-        def lifted(current: Record | None, at: float) -> Outcome[Record, float]:
-            if current is not None and isinstance(current.get("lifted"), int | float):
-                return Outcome(None, float(current["lifted"]))
-            return Outcome({"hold": hold, "queue": queue, **(current or {}), "lifted": at}, at)
-
-        key = registry_key(hold)
-        since = self.store.update_record(key, lifted).result
+        since = self.store.update_record(REGISTRY, lifted(hold, queue)).result
         if now - since < GRACE:
             return
         with copy_connection(self.app) as conn:
             if waiting(conn, queue) != 0:
                 return
             parked_queue(queue)(conn.channel()).delete(if_empty=True)  # type: ignore[no-untyped-call]
-        self.store.delete_record(key)
+        self.store.update_record(REGISTRY, forgotten(hold))
         logger.info("celery-pause: parking queue %s deleted: its hold was lifted", queue)
+
+
+def _expired(current: Record | None, now: float) -> Outcome[Record, int]:
+    """Delete a claim that expired (1), keep one in force (0)."""
+    if current is None or lease_holder(current, now) is not None:
+        return Outcome(None, 0)
+    return Outcome({}, 1)
 
 
 def parking_for(

@@ -10,19 +10,29 @@ from celery import Celery
 from celery.worker.request import Request
 from hypothesis import given, settings
 
+from celery_pause.model.outcome import Outcome
 from celery_pause.model.parking import (
     MIN_MAX_HELD,
     PARKED_HEADER,
+    REGISTRY,
     SOURCE_COPY,
     Marker,
+    claim_key,
     claim_life,
+    forgotten,
+    lifted,
     max_held_for,
+    named,
     parking_queue,
+    parking_queues,
 )
 from celery_pause.model.scope import Scope, Target
 from celery_pause.model.state import Hold
 from celery_pause.stores.memory import MemoryStore
+from celery_pause.stores.primitives import lease_key
+from celery_pause.worker.figures import GateCounters
 from celery_pause.worker.parking import Parking
+from celery_pause.worker.unparking import Unparking
 from support.hostile import values
 from support.requests import request_of
 
@@ -150,3 +160,38 @@ def test_a_parking_queue_is_named_after_the_prefix_and_hold(
 def test_a_claim_outlives_twice_a_long_visibility_timeout() -> None:
     assert claim_life(None) == 6 * 3600
     assert claim_life(36000) == 72000
+
+
+def test_the_registry_names_marks_lifted_and_forgets_each_parking_queue() -> None:
+    store = MemoryStore("memory://registry", uuid.uuid4().hex)
+    assert store.update_record(REGISTRY, named("h1", "q1")).changed
+    assert not store.update_record(REGISTRY, named("h1", "q1")).changed  # no write twice
+    store.update_record(REGISTRY, named("h2", "q2"))
+    assert parking_queues(store.read_record(REGISTRY)) == {"h1": "q1", "h2": "q2"}
+
+    first = store.update_record(REGISTRY, lifted("h1", "q1")).result
+    assert store.update_record(REGISTRY, lifted("h1", "q1")).result == first  # kept, not moved
+    assert store.update_record(REGISTRY, named("h1", "q1")).changed  # a late park names it again
+
+    store.update_record(REGISTRY, forgotten("h1"))
+    store.update_record(REGISTRY, forgotten("h2"))
+    assert store.read_record(REGISTRY) is None
+    assert parking_queues({"queues": {"h": {"queue": 7}, "g": "x"}}) == {}
+
+
+def test_a_sweep_deletes_the_expired_claims_and_keeps_those_in_force() -> None:
+    # Given a claim in force and one expired
+    store = MemoryStore("memory://sweep", uuid.uuid4().hex)
+    store.acquire_lease(claim_key("live"), "c1", 3600.0)
+    store.update_record(
+        lease_key(claim_key("old")), lambda _, now: Outcome({"owner": "c", "expires": now - 1}, 0)
+    )
+    app = Celery("parking", broker="memory://", set_as_current=False)
+    unparking = Unparking(
+        app, store, hostname="w1", interval=1.0, counters=GateCounters(), prefix="p", holds=tuple
+    )
+
+    # When a worker sweeps, Then the expired claim is gone and the other is kept
+    assert unparking.sweep() == 1
+    assert store.lease_owner(claim_key("live")) == "c1"
+    assert store.read_record(lease_key(claim_key("old"))) is None
