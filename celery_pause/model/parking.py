@@ -30,7 +30,8 @@ PARKED_HEADER = "celery_pause_parked"
 """The header a parked or brought-back copy carries (taken off before the task starts)."""
 REGISTRY = "parking"
 """The store record naming each hold's parking queue: ``{"queues": {hold: {"queue": name,
-"since": t, "lifted": t}}}`` (``lifted`` once a worker found the hold lifted)."""
+"since": t, "lifted": t}}, "parked_at": t}`` (``lifted`` once a worker found the hold lifted;
+``parked_at``: the last time a queue was named, kept when the queues are gone)."""
 CLAIMS = "claim:"
 """Prefix of the store leases the copies claim (a lease each: ``lease:claim:<task id>``)."""
 SOURCE_COPY = "source"
@@ -41,6 +42,8 @@ by a crash (Redis restores one after its visibility timeout, an hour by default)
 GRACE = 120.0
 """Seconds a lifted hold's empty parking queue is kept: a worker that read the hold before
 it was lifted may still park a message there (its lease is shorter)."""
+NAMED_AGAIN = 60.0
+"""Seconds after which naming a queue already named writes ``parked_at`` again."""
 MIN_MAX_HELD = 64
 """The least ``pause_max_held`` the automatic default gives."""
 
@@ -107,15 +110,17 @@ def parking_queues(record: Record | None) -> dict[str, str]:
 
 
 def named(hold: str, queue: str) -> RecordChange[bool]:
-    """Name ``queue`` as ``hold``'s parking queue in the :data:`REGISTRY` record (no write if
-    it is named, and not marked lifted)."""
+    """Name ``queue`` as ``hold``'s parking queue in the :data:`REGISTRY` record, and note
+    when (no write if it is named, not marked lifted, and noted within :data:`NAMED_AGAIN`)."""
 
     def change(current: Record | None, now: float) -> Outcome[Record, bool]:
         queues = _queues(current)
         entry = queues.get(hold)
-        if isinstance(entry, dict) and entry.get("queue") == queue and "lifted" not in entry:
+        fresh = isinstance(entry, dict) and entry.get("queue") == queue and "lifted" not in entry
+        if fresh and now - (parked_at(current) or float("-inf")) < NAMED_AGAIN:
             return Outcome(None, False)
-        return Outcome({"queues": {**queues, hold: {"queue": queue, "since": now}}}, True)
+        kept = entry if fresh else {"queue": queue, "since": now}
+        return Outcome({"queues": {**queues, hold: kept}, "parked_at": now}, True)
 
     return change
 
@@ -130,7 +135,7 @@ def lifted(hold: str, queue: str) -> RecordChange[float]:
         if isinstance(at, int | float) and not isinstance(at, bool):
             return Outcome(None, float(at))
         marked = {"queue": queue, "since": now, **(entry or {}), "lifted": now}
-        return Outcome({"queues": {**queues, hold: marked}}, now)
+        return Outcome({**(current or {}), "queues": {**queues, hold: marked}}, now)
 
     return change
 
@@ -143,9 +148,15 @@ def forgotten(hold: str) -> RecordChange[bool]:
         if hold not in queues:
             return Outcome(None, False)
         rest = {key: entry for key, entry in queues.items() if key != hold}
-        return Outcome({"queues": rest} if rest else {}, True)
+        return Outcome({**(current or {}), "queues": rest}, True)
 
     return change
+
+
+def parked_at(record: Record | None) -> float | None:
+    """When a parking queue was last named (store time), if ever."""
+    at = record.get("parked_at") if record is not None else None
+    return float(at) if isinstance(at, int | float) and not isinstance(at, bool) else None
 
 
 def _queues(record: Record | None) -> dict[str, Any]:

@@ -32,7 +32,6 @@ from typing import Any
 from celery.worker import state as worker_state
 from celery.worker.request import Request
 
-from ..errors import StoreError
 from ..limits.pacing import Pacing
 from ..model.content import text_of
 from ..model.scope import EVERYTHING, NOTHING, Scope, label_names
@@ -183,8 +182,8 @@ class Gate:
         try:
             if self.parking is not None and not self.parking.claims(request):
                 return None
-        except StoreError as exc:  # nothing known: hold it, the next release asks again
-            self.target.warn(request, "cannot claim its task id (%s): held", exc)
+        except Exception as exc:  # the store failed: nothing known, hold it; asked again later
+            self.target.warn(request, "cannot claim its task id (%r): held", exc)
             with self._lock:
                 self._hold(request)
             return None

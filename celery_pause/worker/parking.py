@@ -107,7 +107,7 @@ class Parking:
     """Parks held requests, and has each copy that may have a twin claim its task id."""
 
     def __init__(
-        self, app: Celery, store: Store, *, prefix: str, hostname: str, life: float, max_held: int
+        self, app: Celery, store: Store, *, prefix: str, life: float, max_held: int
     ) -> None:
         """Nothing parked yet.
 
@@ -115,14 +115,12 @@ class Parking:
             app: The worker's app (its broker is where messages are parked).
             store: The pause store (the parking queues' records, the claims).
             prefix: The store's key prefix, which names the parking queues.
-            hostname: The worker's name.
             life: Seconds a claim is kept (:func:`~celery_pause.model.parking.claim_life`).
             max_held: Requests held in the worker before the newest are parked.
         """
         self.app = app
         self.store = store
         self.prefix = prefix
-        self.hostname = hostname
         self.life = life
         self.max_held = max_held
         self.enabled = app.connection_for_write().transport.driver_type in PARKING_DRIVERS
@@ -133,6 +131,9 @@ class Parking:
         self._producer: Producer | None = None
         self._declared: set[str] = set()
         self.registry = Registry(store)
+        self.recent = True
+        """Whether any task was parked within a claim's life (read from the store's record by
+        :class:`~.unparking.Unparking`): only then does a redelivered message claim its id."""
 
     def park(self, request: Request, hold: str) -> bool:
         """Park ``request``'s message under ``hold``; whether it did (then the original is
@@ -155,6 +156,7 @@ class Parking:
             return False
         self._forget(request)
         self.counters.parked += 1
+        self.recent = True
         return True
 
     @staticmethod
@@ -244,7 +246,7 @@ class Parking:
             StoreError: The store cannot be reached: nothing is known, hold it.
         """
         copy = self.copy_of(request)
-        if copy is None:
+        if copy is None or (copy == SOURCE_COPY and not self.recent):
             return True
         task_id = text_of(request.id)
         try:

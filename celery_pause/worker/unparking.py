@@ -34,6 +34,7 @@ from ..model.parking import (
     forgotten,
     lifted,
     max_held_for,
+    parked_at,
     parking_queue,
     parking_queues,
 )
@@ -65,7 +66,7 @@ class Unparking(threading.Thread):
         *,
         hostname: str,
         interval: float,
-        counters: GateCounters,
+        parking: Parking,
         prefix: str,
         holds: Callable[[], Iterable[Hold]],
     ) -> None:
@@ -74,7 +75,8 @@ class Unparking(threading.Thread):
         self.store = store
         self.hostname = hostname
         self.interval = interval
-        self.counters = counters
+        self.parking = parking
+        self.counters = parking.counters
         self.prefix = prefix
         self._holds = holds
         self._seen: set[str] = set()
@@ -112,7 +114,9 @@ class Unparking(threading.Thread):
         The lifted holds are those the store's records name, and those this worker saw in
         force (which finds the queues of a store that lost its records).
         """
-        named = parking_queues(self.store.read_record(REGISTRY))
+        record = self.store.read_record(REGISTRY)
+        self._note(record)
+        named = parking_queues(record)
         self._seen.update(hold.id for hold in self._holds() if hold.pauses)
         if not (named or self._seen):
             return 0
@@ -132,6 +136,19 @@ class Unparking(threading.Thread):
             finally:
                 self.store.release_lease(lease, self.hostname)
         return moved
+
+    def start(self) -> None:
+        """Read the store's record once (before the worker consumes), then follow it."""
+        try:
+            self._note(self.store.read_record(REGISTRY))
+        except (StoreError, InvalidInput) as exc:  # unknown: redelivered messages still claim
+            logger.warning("celery-pause: cannot read the parking queues yet: %s", exc)
+        super().start()
+
+    def _note(self, record: Record | None) -> None:
+        """Tell the parking whether anything was parked within a claim's life."""
+        at = parked_at(record)
+        self.parking.recent = at is not None and time.time() - at < self.parking.life
 
     def sweep(self) -> int:
         """Delete the claims that expired (one worker at a time); how many."""
@@ -205,7 +222,6 @@ def parking_for(
         c.app,
         store,
         prefix=config.key_prefix,
-        hostname=c.hostname,
         life=config.claim_life,
         max_held=config.max_held or max_held_for(c.initial_prefetch_count or 0),
     )
@@ -215,7 +231,7 @@ def parking_for(
         store,
         hostname=c.hostname,
         interval=config.poll_interval,
-        counters=counters,
+        parking=parking,
         prefix=config.key_prefix,
         holds=holds,
     )

@@ -23,6 +23,7 @@ from celery_pause.model.parking import (
     lifted,
     max_held_for,
     named,
+    parked_at,
     parking_queue,
     parking_queues,
 )
@@ -30,7 +31,6 @@ from celery_pause.model.scope import Scope, Target
 from celery_pause.model.state import Hold
 from celery_pause.stores.memory import MemoryStore
 from celery_pause.stores.primitives import lease_key
-from celery_pause.worker.figures import GateCounters
 from celery_pause.worker.parking import Parking
 from celery_pause.worker.unparking import Unparking
 from support.hostile import values
@@ -55,9 +55,16 @@ def parking(store: MemoryStore | None = None) -> Parking:
         app,
         store or MemoryStore("memory://parking", uuid.uuid4().hex),
         prefix="celery-pause:proj",
-        hostname="w1@host",
         life=3600.0,
         max_held=2,
+    )
+
+
+def unparking_of(park: Parking) -> Unparking:
+    """The thread that brings back what ``park`` parked (not started: its steps are called)."""
+    app = Celery("parking", broker="memory://", set_as_current=False)
+    return Unparking(
+        app, park.store, hostname="w1", interval=1.0, parking=park, prefix="p", holds=tuple
     )
 
 
@@ -175,7 +182,8 @@ def test_the_registry_names_marks_lifted_and_forgets_each_parking_queue() -> Non
 
     store.update_record(REGISTRY, forgotten("h1"))
     store.update_record(REGISTRY, forgotten("h2"))
-    assert store.read_record(REGISTRY) is None
+    assert parking_queues(store.read_record(REGISTRY)) == {}
+    assert parked_at(store.read_record(REGISTRY)) is not None  # claims still needed a while
     assert parking_queues({"queues": {"h": {"queue": 7}, "g": "x"}}) == {}
 
 
@@ -186,12 +194,33 @@ def test_a_sweep_deletes_the_expired_claims_and_keeps_those_in_force() -> None:
     store.update_record(
         lease_key(claim_key("old")), lambda _, now: Outcome({"owner": "c", "expires": now - 1}, 0)
     )
-    app = Celery("parking", broker="memory://", set_as_current=False)
-    unparking = Unparking(
-        app, store, hostname="w1", interval=1.0, counters=GateCounters(), prefix="p", holds=tuple
-    )
+    unparking = unparking_of(parking(store))
 
     # When a worker sweeps, Then the expired claim is gone and the other is kept
     assert unparking.sweep() == 1
     assert store.lease_owner(claim_key("live")) == "c1"
     assert store.read_record(lease_key(claim_key("old"))) is None
+
+
+def test_a_redelivered_message_claims_only_while_parking_is_recent() -> None:
+    # Given a store whose record says nothing was ever parked
+    store = MemoryStore("memory://recent", uuid.uuid4().hex)
+    park = parking(store)
+    app = Celery("parking", broker="memory://", set_as_current=False)
+    unparking = Unparking(
+        app, store, hostname="w1", interval=1.0, parking=park, prefix="p", holds=tuple
+    )
+    unparking.tick()
+
+    # Then a redelivered message starts without a claim, a parked copy still claims
+    assert park.claims(delivered(redelivered=True))
+    assert store.record_keys("lease:") == []
+    assert park.claims(delivered({PARKED_HEADER: marker("c1")}))
+    assert len(store.record_keys("lease:")) == 1
+
+    # When a queue is named (something was parked), Then redelivered messages claim too
+    store.update_record(REGISTRY, named("h1", "q1"))
+    unparking.tick()
+    assert park.recent
+    assert park.claims(delivered(redelivered=True))
+    assert len(store.record_keys("lease:")) == 2
