@@ -125,10 +125,14 @@ def drive(
 
 
 def sample(world: World, workers: list[Worker], parking: str, samples: Samples, at: float) -> None:
+    """One sample; held counts as each worker last reported (a worker busy holding a deep
+    backlog may report late: its last report stands)."""
     samples.at.append(round(at, 1))
+    reports = {report.hostname: report for report in celery_pause.status(world.app).workers}
     for worker in workers:
         samples.rss_mb.setdefault(worker.hostname, []).append(rss_mb(worker))
-        samples.held.setdefault(worker.hostname, []).append(worker.wait_applied().held)
+        report = reports.get(worker.hostname)
+        samples.held.setdefault(worker.hostname, []).append(report.held if report else 0)
     samples.parked.append(int(world.broker_client.llen(parking)))
     samples.unacked.append(int(world.broker_client.hlen("unacked")))
 

@@ -19,7 +19,6 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from celery import Celery
-from kombu.connection import Connection
 from kombu.messaging import Producer
 
 from ..api.depths import waiting
@@ -127,6 +126,8 @@ class Unparking(threading.Thread):
         self._seen &= live
         moved = 0
         for hold, queue in lifted.items():
+            if hold not in named and self._empty(queue):
+                continue  # a pause seen here that parked nothing
             lease = f"unpark:{hold}"
             if not self.store.acquire_lease(lease, self.hostname, LEASE):
                 continue
@@ -159,6 +160,10 @@ class Unparking(threading.Thread):
             swept += self.store.update_record(key, _expired).result
         return swept
 
+    def _empty(self, queue: str) -> bool:
+        with copy_connection(self.app) as conn:
+            return waiting(conn, queue) == 0
+
     def _bring_back(self, queue: str, lease: str) -> int:
         moved = 0
         with copy_connection(self.app) as conn:
@@ -170,7 +175,7 @@ class Unparking(threading.Thread):
                 message = source.get(no_ack=False)  # type: ignore[no-untyped-call]
                 if message is None:
                     break
-                self._send_back(producer, message, conn)
+                self._send_back(producer, message)
                 message.ack()
                 moved += 1
                 self.counters.brought_back += 1
@@ -180,7 +185,7 @@ class Unparking(threading.Thread):
             logger.info("celery-pause: brought %d parked task(s) back from %s", moved, queue)
         return moved
 
-    def _send_back(self, producer: Producer, message: Any, conn: Connection) -> None:
+    def _send_back(self, producer: Producer, message: Any) -> None:
         marker = Marker.from_header((message.headers or {}).get(PARKED_HEADER))
         if marker is None:  # not ours, or damaged: to the app's default queue, not lost
             default = self.app.conf.task_default_queue
