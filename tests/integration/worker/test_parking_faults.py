@@ -16,8 +16,8 @@ from support.harness import AMQP_BROKER, REDIS_BROKER, Cluster, Worker, wait_for
 from support.redis_server import RedisServer
 from support.services import require
 
-LABELS = {"tenant": "tenant_id"}
 MAX_HELD = 10
+SETTINGS = {"pause_labels": {"tenant": "tenant_id"}, "pause_max_held": MAX_HELD}
 RESTORING = {  # Redis gives a dead worker's unacknowledged messages back after 3 s
     "visibility_timeout": 3,
     "unacked_restore_interval": 1,
@@ -34,6 +34,17 @@ def send_a(cluster: Cluster, count: int) -> list[str]:
     return [cluster.send(f"A{i:04}", kwargs={"tenant_id": "A"}) for i in range(count)]
 
 
+def parked_backlog(cluster: Cluster, count: int) -> tuple[Worker, str, list[str]]:
+    """A worker, and ``count`` tasks of tenant A it parked under a pause: the worker, the
+    pause's hold id and the task ids."""
+    worker = cluster.worker("w1", concurrency=2)
+    worker.wait_applied()
+    hold = celery_pause.pause(cluster.app, labels=["tenant=A"], wait=True).hold.id
+    ids = send_a(cluster, count)
+    wait_for(lambda: parked(cluster, hold) >= count - MAX_HELD, timeout=60, what="parked")
+    return worker, hold, ids
+
+
 def settle(cluster: Cluster, hold: str, worker: Worker) -> None:
     """Wait until nothing is parked and ``worker`` has nothing reserved."""
     wait_for(
@@ -48,7 +59,7 @@ def killing_cluster(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[
     """A cluster whose broker gives a killed worker's messages back within seconds."""
     if request.param == "amqp":
         require("RabbitMQ", "127.0.0.1", 5672)
-        cluster = Cluster(broker=AMQP_BROKER, tmp=tmp_path, pause_labels=LABELS)
+        cluster = Cluster(broker=AMQP_BROKER, tmp=tmp_path, **SETTINGS)
     else:
         require("Redis", "127.0.0.1", 6379)
         cluster = Cluster(
@@ -56,10 +67,8 @@ def killing_cluster(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[
             tmp=tmp_path,
             private_broker_keys=True,
             broker_transport_options=RESTORING,
-            pause_labels=LABELS,
+            **SETTINGS,
         )
-    cluster.extra["pause_max_held"] = MAX_HELD
-    cluster.app.conf.pause_max_held = MAX_HELD
     yield cluster
     cluster.close()
 
@@ -94,15 +103,9 @@ def test_a_worker_killed_while_it_parks_loses_nothing_and_runs_nothing_twice(
 def test_parked_tasks_outlive_a_rabbitmq_restart(tmp_path: Path) -> None:
     # Given a backlog parked on RabbitMQ (a durable queue, persistent messages)
     require("RabbitMQ", "127.0.0.1", 5672)
-    cluster = Cluster(broker=AMQP_BROKER, tmp=tmp_path, pause_labels=LABELS)
-    cluster.app.conf.pause_max_held = MAX_HELD
-    cluster.extra["pause_max_held"] = MAX_HELD
+    cluster = Cluster(broker=AMQP_BROKER, tmp=tmp_path, **SETTINGS)
     try:
-        worker = cluster.worker("w1", concurrency=2)
-        worker.wait_applied()
-        hold = celery_pause.pause(cluster.app, labels=["tenant=A"], wait=True).hold.id
-        ids = send_a(cluster, 200)
-        wait_for(lambda: parked(cluster, hold) >= 200 - MAX_HELD, timeout=60, what="parked")
+        worker, hold, ids = parked_backlog(cluster, 200)
 
         # When RabbitMQ restarts under the running worker, and the tenant is resumed
         restart_rabbitmq()
@@ -121,15 +124,9 @@ def test_parked_tasks_outlive_a_redis_restart(tmp_path: Path) -> None:
     # Given a Redis broker that writes every change to disk (AOF), and a backlog parked on it
     durable = ("--appendonly", "yes", "--appendfsync", "always", "--dir", str(tmp_path))
     with RedisServer(args=durable) as broker:
-        cluster = Cluster(broker=broker.url(), tmp=tmp_path, pause_labels=LABELS)
-        cluster.app.conf.pause_max_held = MAX_HELD
-        cluster.extra["pause_max_held"] = MAX_HELD
+        cluster = Cluster(broker=broker.url(), tmp=tmp_path, **SETTINGS)
         try:
-            worker = cluster.worker("w1", concurrency=2)
-            worker.wait_applied()
-            hold = celery_pause.pause(cluster.app, labels=["tenant=A"], wait=True).hold.id
-            ids = send_a(cluster, 200)
-            wait_for(lambda: parked(cluster, hold) >= 200 - MAX_HELD, timeout=60, what="parked")
+            worker, hold, ids = parked_backlog(cluster, 200)
 
             # When the worker stops, the broker restarts, a worker starts again, and the tenant
             # is resumed (Celery 5.7 exits a worker holding unacknowledged messages when its
@@ -160,15 +157,9 @@ def test_parked_tasks_come_back_after_the_store_forgot_their_records(tmp_path: P
     # Given a store without persistence, and a backlog parked while a tenant is paused
     require("Redis", "127.0.0.1", 6379)
     with RedisServer() as store:
-        cluster = Cluster(broker=REDIS_BROKER, tmp=tmp_path, store=store.url(), pause_labels=LABELS)
-        cluster.app.conf.pause_max_held = MAX_HELD
-        cluster.extra["pause_max_held"] = MAX_HELD
+        cluster = Cluster(broker=REDIS_BROKER, tmp=tmp_path, store=store.url(), **SETTINGS)
         try:
-            worker = cluster.worker("w1", concurrency=2)
-            worker.wait_applied()
-            hold = celery_pause.pause(cluster.app, labels=["tenant=A"], wait=True).hold.id
-            ids = send_a(cluster, 100)
-            wait_for(lambda: parked(cluster, hold) >= 100 - MAX_HELD, timeout=60, what="parked")
+            _, hold, ids = parked_backlog(cluster, 100)
 
             # When the store restarts empty (the worker restores the pause it knew), and the
             # tenant is resumed
