@@ -161,3 +161,28 @@ def test_a_producer_with_the_hook_sends_a_paused_tenants_tasks_straight_to_parki
     assert not any(r["seen"]["parked_header"] for r in records)
     assert all(r["seen"]["retries"] == 0 for r in records)
     assert a_records["A000"]["started"] >= sent_at + 3
+
+
+def test_a_ramped_resume_brings_the_parked_tasks_back_at_the_ramps_pace(
+    cell: tuple[Cluster, str],
+) -> None:
+    # Given 60 tasks of a paused tenant parked (a worker holds 10), and a ramp peak of 20/s
+    cluster, pool = cell
+    cluster.app.conf.pause_ramp_peak = 20.0
+    worker = cluster.worker("w1", pool=pool, concurrency=2, extra={"pause_ramp_peak": 20.0})
+    worker.wait_applied()
+    hold = celery_pause.pause(cluster.app, labels=["tenant=A"], wait=True, timeout=20).hold.id
+    ids = [send(cluster, "A", f"A{i:03}") for i in range(60)]
+    wait_for(lambda: accounted(cluster, hold, [worker], 60), timeout=60, what="A parked")
+
+    # When A is resumed with a 4 s ramp
+    resumed = time.time()
+    celery_pause.resume(cluster.app, labels=["tenant=A"], ramp=4)
+
+    # Then every task ran once, the parked ones too, and no faster than the ramp lets them:
+    # in its first second, at most what a rate rising to 20/s over 4 s allows (with slack)
+    records = cluster.wait_records(60, timeout=60)
+    assert sorted(r["id"] for r in records) == sorted(ids)
+    assert parked(cluster, hold) == 0
+    early = [r for r in records if r["started"] < resumed + 1.0]
+    assert len(early) <= 5, f"{len(early)} started in the ramp's first second"
