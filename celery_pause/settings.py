@@ -135,9 +135,7 @@ class PauseConfig:
             key_prefix=str(prefix),
             poll_interval=poll_interval,
             max_hold=_bounded_hold(app, read.positive("pause_max_hold")),
-            max_held=None
-            if read.values["pause_max_held"] is None
-            else read.count("pause_max_held"),
+            max_held=read.count_or_none("pause_max_held"),
             claim_life=claim_life(_largest_visibility(app)),
             worker_ttl=worker_ttl,
             lease=lease,

@@ -380,7 +380,7 @@ class ApplyStep(bootsteps.StartStopStep):
         returned = self.gate.return_expired(self.config.max_hold)
         if returned:
             logger.info(
-                "celery-pause: returned %d task(s) held over %gs to the broker",
+                "celery-pause: moved %d task(s) held over %gs to the broker (parked or returned)",
                 returned,
                 self.config.max_hold,
             )

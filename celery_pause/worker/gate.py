@@ -171,11 +171,7 @@ class Gate:
             self.target.warn(request, "could not decide on it (%r): it goes on to the pool", exc)
             kept = [req for req, _ in [*self._held, *self.pacing.waiting]]
             passes = not any(req is request for req in kept)  # held or waiting: not twice
-        if passes:
-            return self._start(request)
-        if len(self._held) > self.max_held and self.parking is not None:
-            self._park_overflow()
-        return None
+        return self._start(request) if passes else None
 
     def _start(self, request: Request) -> Any:
         """Hand ``request`` to the pool, once a moved copy claimed its task id."""
@@ -215,6 +211,8 @@ class Gate:
             else:
                 with self._lock:
                     self._hold(request)
+                if len(self._held) > self.max_held:
+                    self._park_overflow()
             return False
         return not self._waits(request, time.monotonic())
 
