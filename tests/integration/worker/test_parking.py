@@ -186,3 +186,28 @@ def test_a_ramped_resume_brings_the_parked_tasks_back_at_the_ramps_pace(
     assert parked(cluster, hold) == 0
     early = [r for r in records if r["started"] < resumed + 1.0]
     assert len(early) <= 5, f"{len(early)} started in the ramp's first second"
+
+
+def test_a_consumer_an_operator_adds_to_a_paused_queue_fetches_no_more_than_the_bound(
+    cell: tuple[Cluster, str],
+) -> None:
+    # Given a worker whose whole queue is paused, and an operator who adds its consumer back
+    cluster, pool = cell
+    worker = cluster.worker("w1", pool=pool, concurrency=2)
+    worker.wait_applied()
+    hold = celery_pause.pause(cluster.app, wait=True, timeout=20).hold.id
+    replies = cluster.app.control.add_consumer(
+        cluster.queue(), destination=[worker.hostname], reply=True, timeout=5
+    )
+    assert replies, "the worker did not answer add_consumer"
+
+    # When 200 tasks are sent to it
+    ids = [cluster.send(f"t{i:03}") for i in range(200)]
+
+    # Then it holds at most 10, the rest parked, none started; resumed, each runs once
+    held = wait_for(lambda: accounted(cluster, hold, [worker], 200), timeout=60, what="parked")
+    assert held[0] <= MAX_HELD
+    assert cluster.records() == []
+    celery_pause.resume(cluster.app)
+    records = cluster.wait_records(200, timeout=60)
+    assert sorted(r["id"] for r in records) == sorted(ids)
