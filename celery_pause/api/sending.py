@@ -17,7 +17,6 @@ from __future__ import annotations
 import functools
 import logging
 import threading
-import time
 import uuid
 from collections.abc import Mapping
 from typing import Any
@@ -31,7 +30,7 @@ from ..model.scope import Target
 from ..model.state import BREAKER_PREFIX, Hold
 from ..settings import config_for
 from ..stores import store_for
-from ..worker.parking import PARKING_DRIVERS, Registry, parked_queue
+from ..worker.parking import Registry, parked_queue, parks
 from .overload import ADAPTIVE
 
 logger = logging.getLogger(__name__)
@@ -44,9 +43,6 @@ workers) and a Retry-After's (a second or so)."""
 class ParkAtSend:
     """Sends the tasks of paused scopes to their parking queues."""
 
-    prefix = ""
-    labels: dict[str, str] = {}  # noqa: RUF012  (read once, at the first send)
-
     def __init__(self, app: Celery, send: Any) -> None:
         self.app = app
         self._send = send
@@ -54,7 +50,9 @@ class ParkAtSend:
         self._lock = threading.Lock()
         self._registry: Registry | None = None
         self._off = False
-        self.parked = 0
+        self.prefix = ""
+        self.labels: dict[str, str] = {}
+        """The key prefix and ``pause_labels``, read at the first send (settings may come later)."""
 
     def __call__(self, producer: Any, name: str, message: Any, **options: Any) -> Any:
         try:
@@ -67,14 +65,11 @@ class ParkAtSend:
 
     def _hold_of(self, name: str, message: Any, options: Mapping[str, Any]) -> Hold | None:
         watch = self._watching()
-        read = watch.last_read if watch is not None else None
-        if read is None or watch is None or not watch.store_ok:
+        if watch is None or not watch.store_ok:
             return None
-        state, at, local = read
-        now = at + (time.monotonic() - local)
         holds = [
             hold
-            for hold in state.active_holds(now)
+            for hold in watch.active_holds()
             if hold.pauses and not hold.source.startswith(PASSING)
         ]
         if not holds:
@@ -96,8 +91,7 @@ class ParkAtSend:
 
     def _start(self) -> BeatWatch | None:
         config = config_for(self.app)
-        driver = self.app.connection_for_write().transport.driver_type
-        if not config.park_at_send or driver not in PARKING_DRIVERS:
+        if not (config.park_at_send and parks(self.app)):
             return None
         self.prefix, self.labels = config.key_prefix, dict(config.labels)
         watch = BeatWatch(store=store_for(self.app), config=config, on_read=_ignore, who="sender")
@@ -127,7 +121,6 @@ class ParkAtSend:
         self._registry.name(hold.id, queue)
         headers = dict(options.get("headers") or {})
         headers[PARKED_HEADER] = Marker(uuid.uuid4().hex, hold.id, exchange, key).to_header()
-        self.parked += 1
         return {
             **options,
             "queue": None,

@@ -49,25 +49,23 @@ class BeatWatch(threading.Thread):
     def stop(self) -> None:
         self._stopping.set()
 
-    @property
-    def last_read(self) -> tuple[PauseState, float, float] | None:
-        """The last state read, the store time of that read and the local monotonic time of
-        it (``None`` before one)."""
-        return self._read
-
     def now(self) -> float | None:
         """The store's clock, extrapolated from the last read (``None`` before one)."""
         read = self._read
         return None if read is None else read[1] + (time.monotonic() - read[2])
 
-    def skipping(self, queue: str, task: str) -> Hold | None:
-        """The active ``skip`` hold that covers ``task`` of ``queue`` on every worker, if any."""
+    def active_holds(self) -> tuple[Hold, ...]:
+        """The holds of the last state read that are active now, on the store's clock as
+        extrapolated from that read (none before a read)."""
         read = self._read
         if read is None:
-            return None
+            return ()
         state, at, local = read
-        now = at + (time.monotonic() - local)
-        for hold in state.active_holds(now):
+        return state.active_holds(at + (time.monotonic() - local))
+
+    def skipping(self, queue: str, task: str) -> Hold | None:
+        """The active ``skip`` hold that covers ``task`` of ``queue`` on every worker, if any."""
+        for hold in self.active_holds():
             skips = hold.beat == BEAT_SKIP and hold.pauses  # a limit never skips
             if skips and hold.scope.covers(Target(queue=queue, task=task)):
                 return hold

@@ -78,6 +78,11 @@ def publish_copy(producer: Producer, message: Any, marker: Marker, exchange: str
     )
 
 
+def parks(app: Celery) -> bool:
+    """Whether ``app``'s broker is one held messages are parked on (:data:`PARKING_DRIVERS`)."""
+    return app.connection_for_write().transport.driver_type in PARKING_DRIVERS
+
+
 def copy_connection(app: Celery) -> Connection:
     """A connection of its own to the app's broker; on AMQP each publish waits for the
     broker's confirm."""
@@ -123,7 +128,7 @@ class Parking:
         self.prefix = prefix
         self.life = life
         self.max_held = max_held
-        self.enabled = app.connection_for_write().transport.driver_type in PARKING_DRIVERS
+        self.enabled = parks(app)
         self.counters = GateCounters()
         """Where parked and dropped copies are counted (the gate's, once it parks with this)."""
         self._pauses: tuple[Hold, ...] = ()

@@ -14,7 +14,7 @@ import celery_pause
 from celery_pause.api.depths import queue_depths
 from celery_pause.model.parking import PARKED_HEADER, Marker, parking_queue
 from celery_pause.settings import config_for
-from celery_pause.worker.parking import copy_connection, parked_queue
+from celery_pause.worker.parking import copy_connection, parked_queue, publish_copy
 from support.cells import TWO_CELLS, cell_cluster
 from support.harness import Cluster, Worker, wait_for
 
@@ -115,15 +115,8 @@ def copy_parked(cluster: Cluster, hold: str) -> str:
         assert marker is not None
         producer = conn.Producer()
         for copy in (marker.copy, uuid.uuid4().hex):  # the message back, and its twin
-            headers = {**message.headers, PARKED_HEADER: {**marker.to_header(), "copy": copy}}
-            producer.publish(
-                message.body,
-                exchange=name,
-                routing_key=name,
-                headers=headers,
-                content_type=message.content_type,
-                content_encoding=message.content_encoding,
-            )
+            twin = Marker(copy, marker.hold, marker.exchange, marker.routing_key)
+            publish_copy(producer, message, twin, name, name)
         message.ack()
         return str(message.headers["id"])
 

@@ -45,6 +45,17 @@ def parked_backlog(cluster: Cluster, count: int) -> tuple[Worker, str, list[str]
     return worker, hold, ids
 
 
+def resume_and_check_once(
+    cluster: Cluster, hold: str, worker: Worker, ids: list[str], timeout: float = 120
+) -> None:
+    """Resume; once every task started, nothing is parked and ``worker`` is idle, check that
+    each of ``ids`` ran exactly once."""
+    celery_pause.resume(cluster.app)
+    cluster.wait_records(len(ids), timeout=timeout)
+    settle(cluster, hold, worker)
+    assert sorted(record["id"] for record in cluster.records()) == sorted(ids)
+
+
 def settle(cluster: Cluster, hold: str, worker: Worker) -> None:
     """Wait until nothing is parked and ``worker`` has nothing reserved."""
     wait_for(
@@ -93,11 +104,7 @@ def test_a_worker_killed_while_it_parks_loses_nothing_and_runs_nothing_twice(
     wait_for(lambda: parked(cluster, hold) >= 1500 - MAX_HELD, timeout=90, what="all parked")
 
     # And, resumed, every task ran exactly once
-    celery_pause.resume(cluster.app)
-    cluster.wait_records(1500, timeout=180)
-    settle(cluster, hold, survivor)
-    records = cluster.records()
-    assert sorted(record["id"] for record in records) == sorted(ids)
+    resume_and_check_once(cluster, hold, survivor, ids, timeout=180)
 
 
 def test_parked_tasks_outlive_a_rabbitmq_restart(tmp_path: Path) -> None:
@@ -110,12 +117,8 @@ def test_parked_tasks_outlive_a_rabbitmq_restart(tmp_path: Path) -> None:
         # When RabbitMQ restarts under the running worker, and the tenant is resumed
         restart_rabbitmq()
         wait_for(lambda: parked(cluster, hold) >= 200 - MAX_HELD, timeout=60, what="recovered")
-        celery_pause.resume(cluster.app)
-
         # Then every task ran exactly once
-        cluster.wait_records(200, timeout=120)
-        settle(cluster, hold, worker)
-        assert sorted(record["id"] for record in cluster.records()) == sorted(ids)
+        resume_and_check_once(cluster, hold, worker, ids)
     finally:
         cluster.close()
 
@@ -136,12 +139,8 @@ def test_parked_tasks_outlive_a_redis_restart(tmp_path: Path) -> None:
             assert parked(cluster, hold) >= 200 - MAX_HELD
             worker = cluster.worker("w2", concurrency=2)
             worker.wait_applied()
-            celery_pause.resume(cluster.app)
-
             # Then every task ran exactly once
-            cluster.wait_records(200, timeout=120)
-            settle(cluster, hold, worker)
-            assert sorted(record["id"] for record in cluster.records()) == sorted(ids)
+            resume_and_check_once(cluster, hold, worker, ids)
         finally:
             cluster.close()
 
