@@ -61,14 +61,18 @@ class Marker:
     exchange: str
     routing_key: str
     """Where the message was published before it was parked."""
+    claimed: bool = False
+    """Whether this copy holds its task id's claim, handed on by the copy it replaced (that
+    one claimed, then was held again): the copy that replaces it takes the claim over."""
 
-    def to_header(self) -> dict[str, str]:
-        return {
+    def to_header(self) -> dict[str, Any]:
+        header: dict[str, Any] = {
             "copy": self.copy,
             "hold": self.hold,
             "exchange": self.exchange,
             "routing_key": self.routing_key,
         }
+        return {**header, "claimed": True} if self.claimed else header
 
     @classmethod
     def from_header(cls, value: Any) -> Marker | None:
@@ -82,7 +86,7 @@ class Marker:
             return None
         if not (isinstance(exchange, str) and isinstance(key, str)):
             return None
-        return cls(copy, hold, exchange, key)
+        return cls(copy, hold, exchange, key, value.get("claimed") is True)
 
 
 def parking_queue(prefix: str, hold: str) -> str:

@@ -24,6 +24,7 @@ from kombu.messaging import Producer
 
 from ..errors import InvalidInput
 from ..model.content import text_of
+from ..model.outcome import Outcome
 from ..model.parking import (
     PARKED_HEADER,
     REGISTRY,
@@ -36,6 +37,7 @@ from ..model.parking import (
 from ..model.scope import Target
 from ..model.state import Hold
 from ..stores import Store
+from ..stores.primitives import Record, RecordChange, lease_holder, lease_key
 from .figures import GateCounters
 
 logger = logging.getLogger(__name__)
@@ -92,6 +94,34 @@ def copy_connection(app: Celery) -> Connection:
     return conn  # type: ignore[no-any-return]
 
 
+def handed(old: str, new: str, life: float) -> RecordChange[bool | None]:
+    """Hand a task id's claim (its lease record) from copy ``old`` to copy ``new``, which
+    replaces it: ``True`` if handed, ``False`` if nobody holds it, ``None`` if another copy
+    does (``old`` is a twin). A copy that claimed, then was held again (or lost the store's
+    answer to its claim), keeps the claim as it moves: else its next copy would find the
+    claim taken, and be dropped."""
+
+    def change(current: Record | None, now: float) -> Outcome[Record, bool | None]:
+        holder = lease_holder(current, now)
+        if holder is None:
+            return Outcome(None, False)
+        if holder != old:
+            return Outcome(None, None)
+        return Outcome({"owner": new, "expires": now + life}, True)
+
+    return change
+
+
+def hand_claim(store: Store, task_id: str, old: str, new: str, life: float) -> bool | None:
+    """:func:`handed` applied to ``task_id``'s claim in ``store`` (``False`` for an id too
+    long to be a key: it never claims)."""
+    try:
+        key = lease_key(claim_key(task_id))
+    except InvalidInput:
+        return False
+    return store.update_record(key, handed(old, new, life)).result
+
+
 class Registry:
     """Names parking queues in the store (again every :data:`REGISTER_EVERY` seconds while
     tasks are parked there: a store that lost a record gets it back)."""
@@ -145,13 +175,19 @@ class Parking:
         acknowledged and the request forgotten). A broker or store that fails leaves it."""
         queue = parking_queue(self.prefix, hold)
         try:
+            copy = uuid.uuid4().hex
+            claimed = self._hand_claim(request, copy)
+            if claimed is None:
+                self._drop(request)
+                return True
             message = request.message
             info = message.delivery_info if isinstance(message.delivery_info, Mapping) else {}
             marker = Marker(
-                copy=uuid.uuid4().hex,
+                copy=copy,
                 hold=hold,
                 exchange=text_of(info.get("exchange")),
                 routing_key=text_of(info.get("routing_key")),
+                claimed=claimed,
             )
             self.registry.name(hold, queue)
             publish_copy(self._producer_for(queue), message, marker, queue, queue)
@@ -163,6 +199,23 @@ class Parking:
         self.counters.parked += 1
         self.recent = True
         return True
+
+    def _hand_claim(self, request: Request, copy: str) -> bool | None:
+        """Hand the claim ``request``'s copy may hold over to ``copy``, its next (as
+        :func:`hand_claim`; ``False`` for a copy that never claims)."""
+        old = self.copy_of(request)
+        if old is None or (old == SOURCE_COPY and not self.recent):
+            return False
+        return hand_claim(self.store, text_of(request.id), old, copy, self.life)
+
+    def _drop(self, request: Request) -> None:
+        """Drop ``request``: another copy of its task id has claimed it."""
+        logger.warning(
+            "celery-pause: task %s: another copy of it has started; this one is dropped",
+            text_of(request.id),
+        )
+        self._forget(request)
+        self.counters.dropped += 1
 
     @staticmethod
     def _forget(request: Request) -> None:
@@ -263,9 +316,5 @@ class Parking:
             if isinstance(request_dict, dict):
                 request_dict.pop(PARKED_HEADER, None)  # the task sees its headers as sent
             return True
-        logger.warning(
-            "celery-pause: task %s: another copy of it has started; this one is dropped", task_id
-        )
-        self._forget(request)
-        self.counters.dropped += 1
+        self._drop(request)
         return False

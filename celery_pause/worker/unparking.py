@@ -16,6 +16,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterable
+from dataclasses import replace
 from typing import Any
 
 from celery import Celery
@@ -23,6 +24,7 @@ from kombu.messaging import Producer
 
 from ..api.depths import waiting
 from ..errors import InvalidInput, StoreError
+from ..model.content import text_of
 from ..model.outcome import Outcome
 from ..model.parking import (
     CLAIMS,
@@ -42,7 +44,7 @@ from ..settings import PauseConfig
 from ..stores import Store
 from ..stores.primitives import Record, lease_holder, lease_key
 from .figures import GateCounters
-from .parking import Parking, copy_connection, parked_queue, publish_copy
+from .parking import Parking, copy_connection, hand_claim, parked_queue, publish_copy
 
 logger = logging.getLogger(__name__)
 
@@ -186,12 +188,20 @@ class Unparking(threading.Thread):
         return moved
 
     def _send_back(self, producer: Producer, message: Any) -> None:
+        """Publish ``message`` back where it came from as a new copy, which takes over the
+        claim the parked copy holds (a twin of a copy that claimed is dropped instead)."""
         marker = Marker.from_header((message.headers or {}).get(PARKED_HEADER))
         if marker is None:  # not ours, or damaged: to the app's default queue, not lost
             default = self.app.conf.task_default_queue
             marker = Marker(uuid.uuid4().hex, "", "", default)
             logger.warning("celery-pause: a parked message without its origin: sent to %s", default)
-        fresh = Marker(uuid.uuid4().hex, marker.hold, marker.exchange, marker.routing_key)
+        fresh = replace(marker, copy=uuid.uuid4().hex)
+        if marker.claimed:
+            task_id = text_of((message.headers or {}).get("id"))
+            if hand_claim(self.store, task_id, marker.copy, fresh.copy, self.parking.life) is None:
+                logger.warning("celery-pause: task %s: a twin of a parked copy dropped", task_id)
+                self.counters.dropped += 1
+                return
         publish_copy(producer, message, fresh, marker.exchange, marker.routing_key)
 
     def _retire(self, hold: str, queue: str, now: float) -> None:

@@ -31,7 +31,7 @@ from celery_pause.model.scope import Scope, Target
 from celery_pause.model.state import Hold
 from celery_pause.stores.memory import MemoryStore
 from celery_pause.stores.primitives import lease_key
-from celery_pause.worker.parking import Parking
+from celery_pause.worker.parking import Parking, hand_claim
 from celery_pause.worker.unparking import Unparking
 from support.hostile import values
 from support.requests import request_of
@@ -98,6 +98,9 @@ def test_no_header_content_raises_out_of_copy_of(header: Any, redelivered: Any) 
 
 def test_marker_reads_only_what_it_wrote() -> None:
     assert Marker.from_header(marker("c1")) == Marker("c1", "h1", "celery", "celery")
+    claimed = Marker("c1", "h1", "celery", "celery", claimed=True)
+    assert Marker.from_header(claimed.to_header()) == claimed
+    assert Marker.from_header({**marker(), "claimed": "yes"}) == Marker.from_header(marker())
     for bad in (None, "c1", [], {"copy": "", "hold": "h", "exchange": "", "routing_key": "q"}):
         assert Marker.from_header(bad) is None
     assert Marker.from_header({**marker(), "routing_key": 7}) is None
@@ -119,6 +122,23 @@ def test_the_first_copy_to_start_wins_the_claim_the_same_copy_again_too() -> Non
     assert PARKED_HEADER not in first._request_dict
     assert twin.message.channel.acked == [twin.message.delivery_tag]
     assert first.message.channel.acked == []
+
+
+def test_a_copy_that_claimed_and_moves_on_hands_its_claim_to_its_next_copy() -> None:
+    # Given a copy that claimed its task id and was then held again (a pause came first)
+    store = MemoryStore("memory://claims", uuid.uuid4().hex)
+    first = delivered({PARKED_HEADER: marker("c1")})
+    assert parking(store).claims(first)
+
+    # When it is parked again as copy c2 (and an unknown copy tries the same)
+    handed = hand_claim(store, first.id, "c1", "c2", 3600.0)
+    stranger = hand_claim(store, first.id, "c9", "c10", 3600.0)
+
+    # Then c2 holds the claim and starts, and the c1 left behind (a twin) is dropped
+    assert (handed, stranger) == (True, None)
+    assert parking(store).claims(delivered({PARKED_HEADER: marker("c2"), "id": first.id}))
+    assert not parking(store).claims(delivered({PARKED_HEADER: marker("c1"), "id": first.id}))
+    assert hand_claim(store, uuid.uuid4().hex, "c1", "c2", 3600.0) is False  # nothing claimed
 
 
 def test_a_request_never_moved_claims_nothing() -> None:
