@@ -21,6 +21,7 @@ import redis
 from celery import Celery
 
 import celery_pause
+from celery_pause.model.fair import FAIR_REGISTRY, fair_holds, fair_queues
 from celery_pause.model.parking import REGISTRY, parking_queues
 
 from .polling import wait_for as wait_for
@@ -386,6 +387,8 @@ class Cluster:
         with suppress(Exception):  # the parking queues the store names, to delete them too
             record = celery_pause.stores.store_for(self.app).read_record(REGISTRY)
             parking = list(parking_queues(record).values())
+            fair = celery_pause.stores.store_for(self.app).read_record(FAIR_REGISTRY)
+            parking += [q for hold in fair_holds(fair) for q in fair_queues(fair, hold).values()]
         with suppress(celery_pause.PauseError):
             celery_pause.stores.store_for(self.app).close()
         prefix = f"celery-pause-test:{self.namespace}"

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from datetime import datetime, timedelta
 
 from celery import Celery
@@ -37,6 +37,8 @@ def throttle(
     per: str | None = None,
     cost: str | None = None,
     adaptive: bool = False,
+    fair: str | None = None,
+    weights: Mapping[str, float] | Iterable[str] | None = None,
     resume_after: timedelta | float | None = None,
     resume_at: datetime | float | None = None,
     start_at: datetime | float | None = None,
@@ -81,6 +83,13 @@ def throttle(
             raises :class:`~celery_pause.Overloaded` cuts them across the cluster (and
             with its ``retry_after`` nothing of the scope starts until then); they come
             back by themselves (:doc:`/apis`).
+        fair: A label of ``pause_labels`` (``"tenant"``): while more tasks of the scope
+            wait than can start, the next to start is chosen across its values in
+            proportion to their ``weights``; a value alone takes all the capacity
+            (:doc:`/fair`). Alone, or with ``rate``, ``concurrency`` and ``per``.
+        weights: Each value's share of the turns, by name or glob pattern
+            (``{"acme": 3, "trial-*": 0.5}``; exact names first, then patterns in order;
+            1 for the rest).
         resume_after: Lift the limit by itself that long after its start.
         resume_at: Lift it by itself at that time.
         start_at: Schedule the limit (as :func:`~celery_pause.pause`).
@@ -112,16 +121,17 @@ def throttle(
         resume_at=check_resume(resume_after, resume_at),
         start_at=check_start(start_at),
         by=operator(by, paused_by=paused_by),
-        limit=check_limit(rate, concurrency, per, cost, adaptive),
+        limit=check_limit(rate, concurrency, per, cost, adaptive, fair, weights),
     )
     config = config_for(app)
     configured = config.labels
-    if per is not None and per not in configured:
-        known = ", ".join(sorted(configured)) or "none"
-        raise InvalidInput(
-            f"per={per!r} names no label of {setting_name(app, 'pause_labels')} "
-            f"(labels: {known}): a task carries no such label, so nothing would be limited"
-        )
+    for option, label in (("per", per), ("fair", fair)):
+        if label is not None and label not in configured:
+            known = ", ".join(sorted(configured)) or "none"
+            raise InvalidInput(
+                f"{option}={label!r} names no label of {setting_name(app, 'pause_labels')} "
+                f"(labels: {known}): a task carries no such label, so nothing would be limited"
+            )
     placed = place_hold(
         app,
         config,

@@ -55,6 +55,16 @@ def check_rate(ctx: click.Context, param: click.Parameter, value: str | None) ->
     help="The rate and concurrency are a ceiling: tasks that raise celery_pause.Overloaded "
     "(a 429) cut them across the cluster, and they come back by themselves.",
 )  # fmt: skip
+@click.option(
+    "--fair", metavar="LABEL",
+    help="Share the starts across the values of this label of pause_labels (--fair tenant): "
+    "while more wait than can start, each value takes turns in proportion to its weight.",
+)  # fmt: skip
+@click.option(
+    "--weight", "weights", multiple=True, metavar="VALUE=W",
+    help="A value's (or glob pattern's) weight under --fair (--weight acme=3 "
+    "--weight 'trial-*=0.5'); 1 for the rest.",
+)  # fmt: skip
 @placing_options("limit")
 @click.pass_context
 def throttle(
@@ -65,6 +75,8 @@ def throttle(
     per: str | None,
     cost: str | None,
     adaptive: bool,
+    fair: str | None,
+    weights: tuple[str, ...],
     reason: str | None,
     by: str | None,
     resume_after: timedelta | None,
@@ -78,13 +90,16 @@ def throttle(
 ) -> None:
     """Limit task processing instead of stopping it: every task, or the -Q queues, the
     --tasks (names or patterns) and the -d workers given, to --rate starts per second
-    and/or --concurrency running at once, across the whole cluster.
+    and/or --concurrency running at once, across the whole cluster; with --fair, in
+    turns shared across a label's values.
 
     A throttle on the same scope as an earlier one replaces it; a pause beats any limit.
     `celery resume` lifts it, with the same scope rules as a pause.
     """
-    if rate is None and concurrency is None:
-        raise click.UsageError("give --rate (e.g. 10/s), --concurrency (e.g. 3), or both", ctx)
+    if rate is None and concurrency is None and fair is None:
+        raise click.UsageError(
+            "give --rate (e.g. 10/s), --concurrency (e.g. 3), --fair LABEL, or some of them", ctx
+        )
     check_placing(ctx, given_options(ctx, PLACING_OPTIONS))
     place(
         ctx,
@@ -95,6 +110,8 @@ def throttle(
             per=per,
             cost=cost,
             adaptive=adaptive,
+            fair=fair,
+            weights=weights,
             reason=reason,
             by=by,
             **names(scope),

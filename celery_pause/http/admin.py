@@ -2,7 +2,8 @@
 
 ``GET /status`` (JSON), ``POST /pause``, ``POST /throttle`` and ``POST /resume`` (JSON
 bodies with the CLI's option names: ``start_at`` and ``beat`` for a pause, ``rate``,
-``concurrency``, ``per``, ``cost`` and ``adaptive`` for a throttle, ``hold`` to lift one hold),
+``concurrency``, ``per``, ``cost``, ``adaptive``, ``fair`` and ``weights`` (an object of
+values or patterns to weights) for a throttle, ``hold`` to lift one hold),
 all behind a bearer token compared in constant time.
 ``GET /`` serves a status page that asks for the token and then shows the holds,
 breakers, workers, queue depths and history, refreshing itself, with pause and
@@ -49,8 +50,8 @@ PAUSE_FIELDS = (
 )  # fmt: skip
 RESUME_FIELDS = (*NAMES, "hold", "force", "by", "ramp")
 THROTTLE_FIELDS = (
-    "rate", "concurrency", "per", "cost", "adaptive", "reason", "by", *NAMES,
-    "resume_after", "resume_at", "start_at",
+    "rate", "concurrency", "per", "cost", "adaptive", "fair", "weights", "reason", "by",
+    *NAMES, "resume_after", "resume_at", "start_at",
 )  # fmt: skip
 STATIC = {
     "/": ("index.html", "text/html; charset=utf-8"),
@@ -189,6 +190,8 @@ class AdminAPI:
             per=_opt_text(body, "per"),
             cost=_opt_text(body, "cost"),
             adaptive=_flag(body, "adaptive"),
+            fair=_opt_text(body, "fair"),
+            weights=_weights(body),
             reason=_opt_text(body, "reason"),
             by=_opt_text(body, "by") or _caller(request),
             **_scope_names(body),
@@ -299,6 +302,16 @@ def _flag(body: dict[str, Any], key: str) -> bool:
     value = body.get(key, False)
     if not isinstance(value, bool):
         raise InvalidInput(f"{key} must be true or false")
+    return value
+
+
+def _weights(body: dict[str, Any]) -> dict[str, float] | None:
+    """The ``weights`` object of a fair throttle (checked as the Python API checks it)."""
+    value = body.get("weights")
+    if value is None or value == {}:
+        return None
+    if not isinstance(value, dict):
+        raise InvalidInput("weights must be an object of values (or patterns) to weights")
     return value
 
 

@@ -206,6 +206,8 @@ class Pacing:
         limits = [p for p in permits if p.limit.rise is None]  # a ramp waits within its window
         if all(p.value is not None and not p.holds_back() for p in limits):
             return  # only the pool's room keeps it (or nothing): it waits within the window
+        if any(p.limit.fair is not None for p in limits):
+            return  # fed for its turn: it waits within the window, and the feeder waits too
         qos = self._qos()
         if qos is not None:
             qos.increment_eventually()

@@ -30,6 +30,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+from .fair import EVEN, Weights
 from .formatting import format_duration
 from .jsonfields import number
 from .outcome import Outcome
@@ -76,10 +77,16 @@ class Limit:
     adaptive: bool = False
     """The rate and concurrency are a ceiling: overloads cut them, and they come back
     (:mod:`.adaptive`)."""
+    fair: str | None = None
+    """A label: the scope's tasks start in turns shared across its values (:mod:`.fair`)."""
+    weights: Weights = EVEN
+    """Each value's share of the turns of a fair limit (1 unless given)."""
 
     def __post_init__(self) -> None:
-        if self.rate is None and self.concurrency is None:
-            raise ValueError("a limit needs a rate, a concurrency or both")
+        if self.rate is None and self.concurrency is None and self.fair is None:
+            raise ValueError("a limit needs a rate, a concurrency, fair turns or some of them")
+        if self.weights.rules and self.fair is None:
+            raise ValueError("weights weigh the turns of a fair limit")
         if self.rate is not None and not 0 < self.rate <= MAX_RATE:
             raise ValueError(f"rate is {self.rate!r}")
         if self.concurrency is not None and not 0 < self.concurrency <= MAX_CONCURRENCY:
@@ -94,6 +101,8 @@ class Limit:
             raise ValueError("a cost weighs a rate (not a concurrency, not a ramp)")
         if self.adaptive and self.rise is not None:
             raise ValueError("a rising rate is not adaptive")
+        if self.fair is not None and self.rise is not None:
+            raise ValueError("a rising rate takes no fair turns")
 
     @property
     def most_cost(self) -> float:
@@ -147,10 +156,19 @@ class Limit:
             parts.append(f"at most {self.concurrency} at once")
         each = "" if self.per is None else f" per {self.per}"
         adapts = "adaptive, up to " if self.adaptive else ""
+        if self.fair is not None:
+            weighed = self.weights.describe()
+            parts.append(f"fair by {self.fair}" + (f" ({weighed})" if weighed else ""))
         return adapts + ", ".join(parts) + each
 
     def to_json(self) -> dict[str, Any]:
-        optional = {"per": self.per, "cost": self.cost, "adaptive": self.adaptive or None}
+        optional = {
+            "per": self.per,
+            "cost": self.cost,
+            "adaptive": self.adaptive or None,
+            "fair": self.fair,
+            "weights": self.weights.to_json() or None,
+        }
         rise = {} if self.rise is None else {"rise": list(self.rise)}
         shown = {name: value for name, value in optional.items() if value is not None}
         return {"rate": self.rate, "concurrency": self.concurrency, **shown, **rise}
@@ -161,7 +179,10 @@ class Limit:
         ``TypeError`` for anything else."""
         rate, concurrency, per = data.get("rate"), data.get("concurrency"), data.get("per")
         rise, cost, adaptive = data.get("rise"), data.get("cost"), data.get("adaptive", False)
-        if rate is None and concurrency is None:
+        fair, weights = data.get("fair"), Weights.from_json(data.get("weights"))
+        if fair is not None and not isinstance(fair, str):
+            raise TypeError(f"fair is {fair!r}"[:80])
+        if rate is None and concurrency is None and fair is None:
             if per is not None or rise is not None or cost is not None or adaptive:
                 raise ValueError("a limit per label or rising needs a rate or a concurrency")
             return None
@@ -179,7 +200,14 @@ class Limit:
             rise = (number(rise[0]), number(rise[1]))
         rate = None if rate is None else number(rate)
         return cls(
-            rate=rate, concurrency=concurrency, per=per, rise=rise, cost=cost, adaptive=adaptive
+            rate=rate,
+            concurrency=concurrency,
+            per=per,
+            rise=rise,
+            cost=cost,
+            adaptive=adaptive,
+            fair=fair,
+            weights=weights,
         )
 
 

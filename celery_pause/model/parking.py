@@ -64,6 +64,9 @@ class Marker:
     claimed: bool = False
     """Whether this copy holds its task id's claim, handed on by the copy it replaced (that
     one claimed, then was held again): the copy that replaces it takes the claim over."""
+    turn: bool = False
+    """Whether this copy was fed back by its fair limit (``hold``) for its turn: it starts
+    without being parked for one again (:mod:`.fair`)."""
 
     def to_header(self) -> dict[str, Any]:
         header: dict[str, Any] = {
@@ -72,7 +75,8 @@ class Marker:
             "exchange": self.exchange,
             "routing_key": self.routing_key,
         }
-        return {**header, "claimed": True} if self.claimed else header
+        flags = {name: True for name in ("claimed", "turn") if getattr(self, name)}
+        return {**header, **flags}
 
     @classmethod
     def from_header(cls, value: Any) -> Marker | None:
@@ -86,7 +90,8 @@ class Marker:
             return None
         if not (isinstance(exchange, str) and isinstance(key, str)):
             return None
-        return cls(copy, hold, exchange, key, value.get("claimed") is True)
+        claimed, turn = value.get("claimed") is True, value.get("turn") is True
+        return cls(copy, hold, exchange, key, claimed, turn)
 
 
 def parking_queue(prefix: str, hold: str) -> str:

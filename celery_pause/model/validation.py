@@ -15,6 +15,7 @@ from typing import Any
 
 from ..errors import InvalidInput
 from .coercion import MAX_DURATION, UNITS
+from .fair import Weights
 from .limit import MAX_CONCURRENCY, MAX_RATE, MAX_RISE, Limit, format_rate
 from .scope import DIMENSIONS, Dimension, Scope
 from .state import BEAT_POLICIES
@@ -218,14 +219,17 @@ def check_limit(
     per: str | None = None,
     cost: str | None = None,
     adaptive: bool = False,
+    fair: str | None = None,
+    weights: Mapping[str, float] | Iterable[str] | None = None,
 ) -> Limit:
     """A limit from a rate (Celery's notation: ``10/s``, ``100/m``, ``5/h``, or tasks per
     second) and a concurrency (a whole number), at least one of the two, for each value
     of the label ``per`` if given (a label's name: ``tenant``); with ``cost`` (a keyword
     argument's name: ``tokens``) the rate counts the units each task says it costs;
-    ``adaptive``: both are a ceiling the downstream's overloads cut."""
-    if rate is None and concurrency is None:
-        raise InvalidInput("give a rate (e.g. 10/s), a concurrency (e.g. 3), or both")
+    ``adaptive``: both are a ceiling the downstream's overloads cut; ``fair`` (a label's
+    name) shares the starts across its values, in proportion to ``weights``."""
+    if rate is None and concurrency is None and fair is None:
+        raise InvalidInput("give a rate (e.g. 10/s), a concurrency (e.g. 3), fair turns, or some")
     per_second = None if rate is None else parse_rate(rate)
     if concurrency is not None and (
         isinstance(concurrency, bool)
@@ -252,7 +256,26 @@ def check_limit(
             raise InvalidInput("cost weighs a rate: give --rate alone with it (no concurrency)")
     if not isinstance(adaptive, bool):
         raise InvalidInput(f"adaptive must be true or false, got {ascii(adaptive)[:40]}")
-    return Limit(rate=per_second, concurrency=concurrency, per=per, cost=cost, adaptive=adaptive)
+    if fair is not None and (not isinstance(fair, str) or not LABEL_NAME.match(fair)):
+        raise InvalidInput(f"fair must name a label (like tenant), got {ascii(fair)[:80]}")
+    try:
+        weighed = Weights.parse(weights or ())
+    except (TypeError, ValueError) as exc:
+        raise InvalidInput(str(exc)) from None
+    if weighed.rules and fair is None:
+        raise InvalidInput("weights weigh fair turns: give --fair LABEL with them")
+    try:
+        return Limit(
+            rate=per_second,
+            concurrency=concurrency,
+            per=per,
+            cost=cost,
+            adaptive=adaptive,
+            fair=fair,
+            weights=weighed,
+        )
+    except ValueError as exc:
+        raise InvalidInput(str(exc)) from None
 
 
 def parse_rate(rate: str | float) -> float:

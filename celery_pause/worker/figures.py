@@ -28,6 +28,8 @@ class GateCounters:
     """Moved by this worker from a parking queue back to where they came from."""
     dropped: int = 0
     """Copies that found another copy of their task id started."""
+    fed: int = 0
+    """Moved by this worker from a fair limit's value queue back for their turn."""
 
 
 @dataclass(frozen=True)

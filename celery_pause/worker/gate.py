@@ -126,7 +126,7 @@ class Gate:
         too; on the consumer loop, on green pools also the store greenlet)."""
         limits = tuple(limits)
         paced = [hold.scope for hold in limits]
-        per = {hold.limit.per for hold in limits if hold.limit is not None and hold.limit.per}
+        per = {n for h in limits if h.limit for n in (h.limit.per, h.limit.fair) if n}
         with self._lock:
             self._scope = scope
             listed = set().union(*map(label_names, [scope, *paced]))
@@ -213,6 +213,8 @@ class Gate:
                     self._hold(request)
                 if len(self._held) > self.max_held:
                     self._park_overflow()
+            return False
+        if self.parking is not None and self.parking.takes_turn(request, self.target(request)):
             return False
         return not self._waits(request, time.monotonic())
 

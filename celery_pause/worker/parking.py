@@ -24,6 +24,7 @@ from kombu.messaging import Producer
 
 from ..errors import InvalidInput
 from ..model.content import text_of
+from ..model.fair import FAIR_REGISTRY, OTHERS, fair_queue, value_named
 from ..model.outcome import Outcome
 from ..model.parking import (
     PARKED_HEADER,
@@ -126,9 +127,11 @@ class Registry:
     """Names parking queues in the store (again every :data:`REGISTER_EVERY` seconds while
     tasks are parked there: a store that lost a record gets it back)."""
 
-    def __init__(self, store: Store) -> None:
+    def __init__(self, store: Store, prefix: str = "") -> None:
         self.store = store
+        self.prefix = prefix
         self._named: dict[str, float] = {}
+        self._values: dict[str, str] = {}
 
     def name(self, hold: str, queue: str) -> None:
         """Record ``queue`` as ``hold``'s parking queue, unless done within the interval."""
@@ -136,6 +139,18 @@ class Registry:
             return
         self.store.update_record(REGISTRY, named(hold, queue))
         self._named[queue] = time.monotonic()
+
+    def name_value(self, hold: str, value: str) -> str:
+        """The queue of ``value`` of the fair limit ``hold``, recorded in the store unless
+        done within the interval (past :data:`~..model.fair.MAX_VALUES` values, the queue
+        the rest share)."""
+        queue = fair_queue(self.prefix, hold, value)
+        if time.monotonic() - self._named.get(queue, -REGISTER_EVERY) < REGISTER_EVERY:
+            return self._values.get(queue, queue)
+        given = self.store.update_record(FAIR_REGISTRY, value_named(hold, value, queue)).result
+        self._named[queue] = time.monotonic()
+        self._values[queue] = given
+        return given
 
 
 class Parking:
@@ -165,16 +180,22 @@ class Parking:
         self._conn: Connection | None = None
         self._producer: Producer | None = None
         self._declared: set[str] = set()
-        self.registry = Registry(store)
+        self.registry = Registry(store, prefix)
+        self._fair: tuple[Hold, ...] = ()
         self.recent = True
         """Whether any task was parked within a claim's life (read from the store's record by
         :class:`~.unparking.Unparking`): only then does a redelivered message claim its id."""
 
-    def park(self, request: Request, hold: str) -> bool:
-        """Park ``request``'s message under ``hold``; whether it did (then the original is
-        acknowledged and the request forgotten). A broker or store that fails leaves it."""
-        queue = parking_queue(self.prefix, hold)
+    def park(self, request: Request, hold: str, value: str | None = None) -> bool:
+        """Park ``request``'s message under ``hold`` (in the queue of its label ``value``,
+        for a fair limit's turn); whether it did (then the original is acknowledged and the
+        request forgotten). A broker or store that fails leaves it."""
         try:
+            if value is None:
+                queue = parking_queue(self.prefix, hold)
+                self.registry.name(hold, queue)
+            else:
+                queue = self.registry.name_value(hold, value)
             copy = uuid.uuid4().hex
             claimed = self._hand_claim(request, copy)
             if claimed is None:
@@ -189,7 +210,6 @@ class Parking:
                 routing_key=text_of(info.get("routing_key")),
                 claimed=claimed,
             )
-            self.registry.name(hold, queue)
             publish_copy(self._producer_for(queue), message, marker, queue, queue)
         except Exception as exc:  # the broker or store failed: the message stays held
             logger.warning("celery-pause: cannot park task %s: %r", text_of(request.id), exc)
@@ -251,8 +271,26 @@ class Parking:
 
     # -- what to park ----------------------------------------------------------------------
     def under(self, holds: Iterable[Hold]) -> None:
-        """The holds in force: a held request is parked under the first pause that covers it."""
+        """The holds in force: a held request is parked under the first pause that covers
+        it; one a fair limit covers waits for its turn in its value's queue."""
+        holds = tuple(holds)
         self._pauses = tuple(hold for hold in holds if hold.pauses)
+        self._fair = tuple(h for h in holds if h.limit is not None and h.limit.fair is not None)
+
+    def takes_turn(self, request: Request, target: Target) -> bool:
+        """Whether ``request`` was parked to wait for its turn: a fair limit covers it and it
+        is not the copy that limit fed back for its turn. Parking that fails lets it start
+        (out of turn: nothing is lost)."""
+        hold = next((h for h in self._fair if h.scope.covers(target)), None)
+        if hold is None or not self.enabled:
+            return False
+        marker = self.marker_of(request)
+        if marker is not None and marker.turn and marker.hold == hold.id:
+            return False
+        assert hold.limit is not None and hold.limit.fair is not None
+        prefix = f"{hold.limit.fair}="
+        value = next((v[len(prefix) :] for v in target.label or () if v.startswith(prefix)), None)
+        return self.park(request, hold.id, OTHERS if value is None else value)
 
     def hold_of(self, target: Target) -> str | None:
         """The pause ``target`` is parked under; ``None``: none in force covers it, keep it."""
@@ -281,16 +319,23 @@ class Parking:
 
     # -- the claim before a start ---------------------------------------------------------
     @staticmethod
-    def copy_of(request: Request) -> str | None:
+    def marker_of(request: Request) -> Marker | None:
+        """The marker of a parked or fed copy; ``None`` for any other (never raises)."""
+        try:
+            headers = request.message.headers
+            return Marker.from_header(headers.get(PARKED_HEADER)) if headers else None
+        except Exception:
+            return None
+
+    @classmethod
+    def copy_of(cls, request: Request) -> str | None:
         """The copy ``request`` claims as before it starts; ``None``: it needs no claim (never
         moved, never redelivered). Never raises: headers are message content."""
         try:
-            message = request.message
-            headers = message.headers
-            marker = Marker.from_header(headers.get(PARKED_HEADER)) if headers else None
+            marker = cls.marker_of(request)
             if marker is not None:
                 return marker.copy
-            info = message.delivery_info
+            info = request.message.delivery_info
             redelivered = isinstance(info, Mapping) and info.get("redelivered") is True
             return SOURCE_COPY if redelivered else None
         except Exception:

@@ -16,7 +16,6 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterable
-from dataclasses import replace
 from typing import Any
 
 from celery import Celery
@@ -24,7 +23,7 @@ from kombu.messaging import Producer
 
 from ..api.depths import waiting
 from ..errors import InvalidInput, StoreError
-from ..model.content import text_of
+from ..model.fair import FAIR_REGISTRY, fair_forgotten, fair_holds, fair_lifted, fair_queues
 from ..model.outcome import Outcome
 from ..model.parking import (
     CLAIMS,
@@ -43,8 +42,9 @@ from ..model.state import Hold
 from ..settings import PauseConfig
 from ..stores import Store
 from ..stores.primitives import Record, lease_holder, lease_key
+from .feeding import Feeding, send_back
 from .figures import GateCounters
-from .parking import Parking, copy_connection, hand_claim, parked_queue, publish_copy
+from .parking import Parking, copy_connection, parked_queue
 
 logger = logging.getLogger(__name__)
 
@@ -84,14 +84,20 @@ class Unparking(threading.Thread):
         self._next_sweep = time.monotonic() + SWEEP_EVERY
         self._wake = threading.Event()
         self._stopped = threading.Event()
+        self.feeding = Feeding(
+            app, store, hostname=hostname, life=parking.life, counters=self.counters, holds=holds
+        )
+        """The thread that feeds the tasks of fair limits back in turns (started with this)."""
 
     def wake(self) -> None:
         """Look again now (the state changed)."""
         self._wake.set()
+        self.feeding.wake()
 
     def stop(self) -> None:
         self._stopped.set()
         self._wake.set()
+        self.feeding.stop()
 
     def run(self) -> None:
         while not self._stopped.is_set():
@@ -118,15 +124,17 @@ class Unparking(threading.Thread):
         record = self.store.read_record(REGISTRY)
         self._note(record)
         named = parking_queues(record)
+        fair = self.store.read_record(FAIR_REGISTRY)
         self._seen.update(hold.id for hold in self._holds() if hold.pauses)
-        if not (named or self._seen):
+        if not (named or self._seen or fair_holds(fair)):
             return 0
         snapshot = self.store.read()
-        live = {hold.id for hold in snapshot.state.active_holds(snapshot.now) if hold.pauses}
+        active = snapshot.state.active_holds(snapshot.now)
+        moved = self._bring_back_fair(fair, {hold.id for hold in active}, snapshot.now)
+        live = {hold.id for hold in active if hold.pauses}
         lifted = {hold: parking_queue(self.prefix, hold) for hold in self._seen - live}
         lifted.update({hold: queue for hold, queue in named.items() if hold not in live})
         self._seen &= live
-        moved = 0
         for hold, queue in lifted.items():
             if hold not in named and self._empty(queue):
                 continue  # a pause seen here that parked nothing
@@ -140,6 +148,27 @@ class Unparking(threading.Thread):
                 self.store.release_lease(lease, self.hostname)
         return moved
 
+    def _bring_back_fair(self, record: Record | None, live: set[str], now: float) -> int:
+        """Bring back the value queues of every fair limit lifted; delete them once empty
+        :data:`GRACE` seconds after."""
+        moved = 0
+        for hold in fair_holds(record):
+            if hold in live or not self.store.acquire_lease(f"unpark:{hold}", self.hostname, LEASE):
+                continue
+            queues = fair_queues(record, hold).values()
+            try:
+                moved += sum(self._bring_back(queue, f"unpark:{hold}") for queue in queues)
+                since = self.store.update_record(FAIR_REGISTRY, fair_lifted(hold)).result
+                if now - since >= GRACE and all(self._empty(queue) for queue in queues):
+                    with copy_connection(self.app) as conn:
+                        for queue in queues:
+                            parked_queue(queue)(conn.channel()).delete(if_empty=True)  # type: ignore[no-untyped-call]
+                    self.store.update_record(FAIR_REGISTRY, fair_forgotten(hold))
+                    logger.info("celery-pause: the queues of fair limit %s deleted", hold)
+            finally:
+                self.store.release_lease(f"unpark:{hold}", self.hostname)
+        return moved
+
     def start(self) -> None:
         """Read the store's record once (before the worker consumes), then follow it."""
         try:
@@ -147,6 +176,7 @@ class Unparking(threading.Thread):
         except (StoreError, InvalidInput) as exc:  # unknown: redelivered messages still claim
             logger.warning("celery-pause: cannot read the parking queues yet: %s", exc)
         super().start()
+        self.feeding.start()
 
     def _note(self, record: Record | None) -> None:
         """Tell the parking whether anything was parked within a claim's life."""
@@ -188,21 +218,13 @@ class Unparking(threading.Thread):
         return moved
 
     def _send_back(self, producer: Producer, message: Any) -> None:
-        """Publish ``message`` back where it came from as a new copy, which takes over the
-        claim the parked copy holds (a twin of a copy that claimed is dropped instead)."""
         marker = Marker.from_header((message.headers or {}).get(PARKED_HEADER))
         if marker is None:  # not ours, or damaged: to the app's default queue, not lost
             default = self.app.conf.task_default_queue
             marker = Marker(uuid.uuid4().hex, "", "", default)
             logger.warning("celery-pause: a parked message without its origin: sent to %s", default)
-        fresh = replace(marker, copy=uuid.uuid4().hex)
-        if marker.claimed:
-            task_id = text_of((message.headers or {}).get("id"))
-            if hand_claim(self.store, task_id, marker.copy, fresh.copy, self.parking.life) is None:
-                logger.warning("celery-pause: task %s: a twin of a parked copy dropped", task_id)
-                self.counters.dropped += 1
-                return
-        publish_copy(producer, message, fresh, marker.exchange, marker.routing_key)
+        if not send_back(self.store, self.parking.life, producer, message, marker, turn=False):
+            self.counters.dropped += 1
 
     def _retire(self, hold: str, queue: str, now: float) -> None:
         """Delete ``queue`` and its record once it is empty and its hold was lifted long ago."""

@@ -1,0 +1,211 @@
+"""Feeding a fair limit's tasks back, a turn each (a thread per worker, one feeder per limit).
+
+The workers park every task a fair limit covers in the queue of its label value
+(:meth:`~.parking.Parking.takes_turn`). For each fair limit in force, the worker holding its
+lease (``feed:<hold>``) keeps the queue the tasks came from stocked with up to :data:`READY`
+of them: it counts that queue, asks the store's turns record which values go next
+(:func:`~celery_pause.model.fair.turns`, one atomic update per round) and moves one task
+of each, oldest first, back to where it came from, marked as fed for its turn. The workers
+then start them as they come, under the limit's rate and concurrency if it has them, so the
+order in which tasks start follows the turns, within a prefetch window.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterable
+from dataclasses import replace
+from typing import Any
+
+from celery import Celery
+from kombu.connection import Connection
+from kombu.messaging import Producer
+
+from ..api.depths import waiting
+from ..errors import InvalidInput, StoreError
+from ..model.content import text_of
+from ..model.fair import FAIR_REGISTRY, fair_queues, turns, turns_key
+from ..model.parking import PARKED_HEADER, Marker
+from ..model.state import Hold
+from ..stores import Store
+from .figures import GateCounters
+from .parking import copy_connection, hand_claim, parked_queue, publish_copy
+
+logger = logging.getLogger(__name__)
+
+READY = 32
+"""Fed tasks kept waiting in the queue they came from (more while the workers take them)."""
+LEASE = 10.0
+"""Seconds a worker holds the lease of the limit it feeds (renewed every third of that)."""
+BUSY = 0.01
+"""Seconds between two rounds while tasks were fed."""
+IDLE = 0.25
+"""Seconds between two rounds while nothing was fed (a new value's first task waits that)."""
+COUNT_EVERY = 1.0
+"""Seconds between two counts of every value's queue, and reads of which queues there are."""
+
+
+def send_back(
+    store: Store, life: float, producer: Producer, message: Any, marker: Marker, *, turn: bool
+) -> bool:
+    """Publish ``message`` (parked with ``marker``) back where it came from as a new copy,
+    which takes over the claim the parked copy holds; ``turn``: marked as fed for its turn.
+    Whether it was sent (a twin of a copy that claimed is not: it is dropped)."""
+    fresh = replace(marker, copy=uuid.uuid4().hex, turn=turn)
+    if marker.claimed:
+        task_id = text_of((message.headers or {}).get("id"))
+        if hand_claim(store, task_id, marker.copy, fresh.copy, life) is None:
+            logger.warning("celery-pause: task %s: a twin of a parked copy dropped", task_id)
+            return False
+    publish_copy(producer, message, fresh, marker.exchange, marker.routing_key)
+    return True
+
+
+class Feeding(threading.Thread):
+    """Feeds the tasks of the fair limits in force back, in turns."""
+
+    def __init__(
+        self,
+        app: Celery,
+        store: Store,
+        *,
+        hostname: str,
+        life: float,
+        counters: GateCounters,
+        holds: Callable[[], Iterable[Hold]],
+    ) -> None:
+        super().__init__(name="celery-pause-feeding", daemon=True)
+        self.app = app
+        self.store = store
+        self.hostname = hostname
+        self.life = life
+        self.counters = counters
+        self._holds = holds
+        self._leased: dict[str, float] = {}
+        """Each limit this worker feeds, and ``time.monotonic()`` its lease was renewed."""
+        self._queues: dict[str, dict[str, str]] = {}
+        self._backlog: dict[str, dict[str, int]] = {}
+        self._origins: dict[str, set[str]] = {}
+        """The queues (routing keys) each limit's tasks came from, as their markers say."""
+        self._counted = float("-inf")
+        self._conn: Connection | None = None
+        self._wake = threading.Event()
+        self._stopped = threading.Event()
+
+    def wake(self) -> None:
+        self._wake.set()
+
+    def stop(self) -> None:
+        self._stopped.set()
+        self._wake.set()
+
+    def run(self) -> None:
+        while not self._stopped.is_set():
+            fed = 0
+            try:
+                fed = self.tick()
+            except (StoreError, InvalidInput) as exc:
+                logger.warning("celery-pause: cannot feed fair turns yet: %s", exc)
+                self._reset()
+            except Exception as exc:  # the broker failed: try again at the next round
+                logger.warning("celery-pause: cannot feed fair turns yet: %r", exc)
+                self._reset()
+            self._wake.wait(BUSY if fed else IDLE)
+            self._wake.clear()
+        self._reset()
+
+    def tick(self) -> int:
+        """One round: feed each fair limit this worker holds the lease of; how many fed."""
+        fair = [h for h in self._holds() if h.limit is not None and h.limit.fair and not h.pauses]
+        for gone in set(self._leased) - {h.id for h in fair}:
+            del self._leased[gone]
+            self.store.release_lease(f"feed:{gone}", self.hostname)
+        fair = [hold for hold in fair if self._lease(hold.id)]
+        if not fair:
+            return 0
+        if time.monotonic() - self._counted >= COUNT_EVERY:
+            self._count(fair)
+        return sum(self._feed(hold) for hold in fair)
+
+    def _lease(self, hold: str) -> bool:
+        """Whether this worker feeds ``hold`` (its lease taken or renewed when due)."""
+        renewed = self._leased.get(hold)
+        if renewed is not None and time.monotonic() - renewed < LEASE / 3:
+            return True
+        if not self.store.acquire_lease(f"feed:{hold}", self.hostname, LEASE):
+            self._leased.pop(hold, None)
+            return False
+        self._leased[hold] = time.monotonic()
+        return True
+
+    def _count(self, holds: list[Hold]) -> None:
+        """Read which value queues there are, and count each."""
+        record = self.store.read_record(FAIR_REGISTRY)
+        conn = self._connection()
+        for hold in holds:
+            queues = fair_queues(record, hold.id)
+            self._queues[hold.id] = queues
+            self._backlog[hold.id] = {v: waiting(conn, q) or 0 for v, q in queues.items()}
+        self._counted = time.monotonic()
+
+    def _feed(self, hold: Hold) -> int:
+        """Stock the queues ``hold``'s tasks came from up to :data:`READY`, in turns."""
+        backlog = self._backlog.get(hold.id, {})
+        if not any(backlog.values()):
+            return 0
+        conn = self._connection()
+        origins = self._origins.setdefault(hold.id, set())
+        stocked = sum(waiting(conn, queue) or 0 for queue in origins)
+        room = READY - stocked
+        if room <= 0:
+            return 0
+        assert hold.limit is not None
+        weights = hold.limit.weights
+        order = self.store.update_record(
+            turns_key(hold.id), lambda current, now: turns(current, backlog, weights, room)
+        ).result
+        producer = Producer(conn.default_channel)  # type: ignore[no-untyped-call]
+        fed = 0
+        for value in order:
+            if self._feed_one(conn, producer, hold.id, value, origins):
+                fed += 1
+                backlog[value] -= 1
+            else:
+                backlog[value] = 0
+        self.counters.fed += fed
+        return fed
+
+    def _feed_one(
+        self, conn: Connection, producer: Producer, hold: str, value: str, origins: set[str]
+    ) -> bool:
+        """Move the oldest task of ``value``'s queue back for its turn; whether there was one."""
+        queue = self._queues[hold][value]
+        message = parked_queue(queue)(conn.default_channel).get(no_ack=False)  # type: ignore[no-untyped-call]
+        if message is None:
+            return False
+        marker = Marker.from_header((message.headers or {}).get(PARKED_HEADER))
+        if marker is None:  # not ours, or damaged: to the app's default queue, not lost
+            default = self.app.conf.task_default_queue
+            marker = Marker(uuid.uuid4().hex, hold, "", default)
+        origins.add(marker.routing_key)
+        if not send_back(self.store, self.life, producer, message, marker, turn=True):
+            self.counters.dropped += 1
+        message.ack()
+        return True
+
+    def _connection(self) -> Connection:
+        if self._conn is None:
+            self._conn = copy_connection(self.app)
+        return self._conn
+
+    def _reset(self) -> None:
+        conn, self._conn = self._conn, None
+        self._counted = float("-inf")
+        if conn is not None:
+            try:
+                conn.release()  # type: ignore[no-untyped-call]
+            except Exception as exc:
+                logger.debug("celery-pause: closing the feeding connection: %r", exc)
