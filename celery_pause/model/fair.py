@@ -151,19 +151,25 @@ def turns(
 
 def _read(record: Record | None) -> tuple[dict[str, float], float]:
     """The tags and clock of a turns record (what cannot be read is left out)."""
-    clock = record.get("clock") if record is not None else None
     tags = record.get("tags") if record is not None else None
-    if not (isinstance(clock, int | float) and not isinstance(clock, bool)):
-        clock = 0.0
-    kept = {
-        value: float(tag)
-        for value, tag in (tags.items() if isinstance(tags, dict) else ())
-        if isinstance(value, str)
-        and isinstance(tag, int | float)
-        and not isinstance(tag, bool)
-        and math.isfinite(tag)
-    }
-    return kept, float(clock) if math.isfinite(clock) else 0.0
+    kept = {}
+    for value, tag in tags.items() if isinstance(tags, dict) else ():
+        number = _finite(tag)
+        if isinstance(value, str) and number is not None:
+            kept[value] = number
+    clock = _finite(record.get("clock") if record is not None else None)
+    return kept, 0.0 if clock is None else clock
+
+
+def _finite(value: Any) -> float | None:
+    """``value`` as a finite float, if it is a number that is one."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    try:
+        number = float(value)
+    except OverflowError:
+        return None
+    return number if math.isfinite(number) else None
 
 
 def fair_queues(record: Record | None, hold: str) -> dict[str, str]:
