@@ -1,5 +1,6 @@
 """The producer's side of parking: a task sent while its scope is paused goes straight to the
-pause's parking queue, so the shared queue never fills with work nobody may start.
+pause's parking queue, so the shared queue never fills with work nobody may start; one a fair
+limit covers goes straight to its label value's queue, to wait for its turn there.
 
 :func:`park_at_send` wraps the app's ``amqp.send_task_message`` (every ``delay``,
 ``apply_async`` and ``send_task`` goes through it). On the first send it starts a thread
@@ -25,6 +26,7 @@ from celery import Celery
 
 from ..beat.watch import BeatWatch
 from ..model.content import label_value
+from ..model.fair import fair_value
 from ..model.parking import PARKED_HEADER, Marker, parking_queue
 from ..model.scope import Target
 from ..model.state import BREAKER_PREFIX, Hold
@@ -56,28 +58,30 @@ class ParkAtSend:
 
     def __call__(self, producer: Any, name: str, message: Any, **options: Any) -> Any:
         try:
-            hold = self._hold_of(name, message, options)
-            if hold is not None:
-                options = self._to_parking(hold, message, options)
+            found = self._hold_of(name, message, options)
+            if found is not None:
+                options = self._to_parking(*found, options)
         except Exception as exc:  # never in the way of a send: the workers hold it anyway
             logger.debug("celery-pause: sending %s as it was: %r", name, exc)
         return self._send(producer, name, message, **options)
 
-    def _hold_of(self, name: str, message: Any, options: Mapping[str, Any]) -> Hold | None:
+    def _hold_of(
+        self, name: str, message: Any, options: Mapping[str, Any]
+    ) -> tuple[Hold, Target] | None:
+        """The hold to park the task under (a pause first, else a fair limit), and the task's
+        place in every dimension; ``None``: send it as it is."""
         watch = self._watching()
         if watch is None or not watch.store_ok:
             return None
-        holds = [
-            hold
-            for hold in watch.active_holds()
-            if hold.pauses and not hold.source.startswith(PASSING)
-        ]
+        holds = [hold for hold in watch.active_holds() if _parks(hold)]
         if not holds:
             return None
         target = Target(
             queue=_queue_name(self.app, options), task=name, label=self._labels(message)
         )
-        return next((hold for hold in holds if hold.scope.covers(target)), None)
+        covering = [hold for hold in holds if hold.scope.covers(target)]
+        hold = min(covering, key=lambda hold: not hold.pauses, default=None)
+        return None if hold is None else (hold, target)
 
     def _watching(self) -> BeatWatch | None:
         """The state watch, started on the first send (the app's settings are read then);
@@ -112,13 +116,17 @@ class ParkAtSend:
                 found.append(f"{label}={text}")
         return tuple(found)
 
-    def _to_parking(self, hold: Hold, message: Any, options: dict[str, Any]) -> dict[str, Any]:
-        """``options`` that send the message to ``hold``'s parking queue instead."""
-        queue = parking_queue(self.prefix, hold.id)
+    def _to_parking(self, hold: Hold, target: Target, options: dict[str, Any]) -> dict[str, Any]:
+        """``options`` that send the message to ``hold``'s parking queue instead (a fair
+        limit's: the queue of the task's value, where it waits for its turn)."""
         exchange, key = _origin(self.app, options)
         if self._registry is None:
-            self._registry = Registry(store_for(self.app))
-        self._registry.name(hold.id, queue)
+            self._registry = Registry(store_for(self.app), self.prefix)
+        if hold.limit is not None and hold.limit.fair is not None:
+            queue = self._registry.name_value(hold.id, fair_value(target.label, hold.limit.fair))
+        else:
+            queue = parking_queue(self.prefix, hold.id)
+            self._registry.name(hold.id, queue)
         headers = dict(options.get("headers") or {})
         headers[PARKED_HEADER] = Marker(uuid.uuid4().hex, hold.id, exchange, key).to_header()
         return {
@@ -139,6 +147,14 @@ def park_at_send(app: Celery) -> None:
         return
     send = amqp.send_task_message
     amqp.send_task_message = functools.update_wrapper(ParkAtSend(app, send), send)
+
+
+def _parks(hold: Hold) -> bool:
+    """Whether a send parks under ``hold``: a pause (not a breaker's or a Retry-After's), or
+    a fair limit."""
+    if hold.pauses:
+        return not hold.source.startswith(PASSING)
+    return hold.limit is not None and hold.limit.fair is not None
 
 
 def _ignore(*_: Any) -> None:

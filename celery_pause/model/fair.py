@@ -113,6 +113,12 @@ EVEN = Weights()
 """Every value weighs 1."""
 
 
+def fair_value(labels: Iterable[str] | None, label: str) -> str:
+    """The value of ``label`` among a task's ``name=value`` labels (:data:`OTHERS` if absent)."""
+    prefix = f"{label}="
+    return next((v[len(prefix) :] for v in labels or () if v.startswith(prefix)), OTHERS)
+
+
 def turns_key(hold: str) -> str:
     """The store record of a fair limit's virtual times."""
     return f"fair:{hold}"

@@ -24,7 +24,7 @@ from kombu.messaging import Producer
 
 from ..errors import InvalidInput
 from ..model.content import text_of
-from ..model.fair import FAIR_REGISTRY, OTHERS, fair_queue, value_named
+from ..model.fair import FAIR_REGISTRY, fair_queue, fair_value, value_named
 from ..model.outcome import Outcome
 from ..model.parking import (
     PARKED_HEADER,
@@ -288,9 +288,7 @@ class Parking:
         if marker is not None and marker.turn and marker.hold == hold.id:
             return False
         assert hold.limit is not None and hold.limit.fair is not None
-        prefix = f"{hold.limit.fair}="
-        value = next((v[len(prefix) :] for v in target.label or () if v.startswith(prefix)), None)
-        return self.park(request, hold.id, OTHERS if value is None else value)
+        return self.park(request, hold.id, fair_value(target.label, hold.limit.fair))
 
     def hold_of(self, target: Target) -> str | None:
         """The pause ``target`` is parked under; ``None``: none in force covers it, keep it."""

@@ -99,3 +99,34 @@ def test_weights_share_the_starts_under_a_concurrency(cell: tuple[Cluster, str])
     spans = cluster.spans(len(ids), timeout=120)
     assert most_at_once(list(spans.values())) <= 2
     assert sorted(r["id"] for r in cluster.records()) == sorted(ids)
+
+
+def test_a_producer_with_the_hook_sends_a_flood_straight_to_its_turns(
+    cell: tuple[Cluster, str],
+) -> None:
+    # Given a producer that parks at send, and starts shared fairly by tenant
+    cluster, pool = cell
+    cluster.app.conf.pause_park_at_send = True
+    celery_pause.install(cluster.app)
+    hold = celery_pause.throttle(cluster.app, fair="tenant").hold.id
+
+    # When tenant A floods 300 tasks before any worker runs
+    a_ids = [send(cluster, "A", f"A{i:03}", 0.02) for i in range(300)]
+
+    # Then none of them is in the shared queue: all wait for their turns
+    queue = cluster.queue()
+    assert waiting_for_turns(cluster, hold) == 300
+    assert queue_depths(cluster.app, [queue])[queue] == 0
+
+    # When a worker starts, and B sends 10 once A's tasks are running
+    worker = cluster.worker("w1", pool=pool, concurrency=2)
+    worker.wait_applied()
+    cluster.wait_records(20, timeout=60)
+    b_ids = [send(cluster, "B", f"B{i:03}", 0.02) for i in range(10)]
+
+    # Then B's 10 start long before A's flood is drained, and every task runs exactly once
+    records = cluster.wait_records(310, timeout=120)
+    order = starts_in_order(records)
+    a_before_last_b = order[: len(order) - order[::-1].index("B")].count("A")
+    assert a_before_last_b < 150, f"{a_before_last_b} of A started before B's last"
+    assert sorted(r["id"] for r in records) == sorted(a_ids + b_ids)
