@@ -16,6 +16,7 @@ from celery import Celery
 
 from ..breaker.status import BreakerStatus, breaker_statuses
 from ..history import HistoryEntry, history
+from ..model.fair import FAIR_REGISTRY, fair_queues
 from ..model.parking import parking_queue
 from ..model.ramp import ramp_json
 from ..model.report import LOST
@@ -24,11 +25,14 @@ from ..model.scope import Target
 from ..model.state import Hold, PauseState
 from ..model.windows import Window
 from ..settings import config_for
+from ..stores import store_for
 from .depths import queue_depths
 from .results import ClusterStatus
 from .status import status
 
 JSON_SCHEMA = 2
+SHOWN_VALUES = 20
+"""The label values of a fair limit whose waiting tasks status shows (those with the most)."""
 RUNNING = "RUNNING"
 PAUSED = "PAUSED"
 PARTIAL = "PARTIAL"
@@ -72,11 +76,20 @@ class Overview:
     windows: tuple[WindowStatus, ...] = ()
     parked: Depths = field(default_factory=dict)
     """Tasks parked on the broker (:mod:`celery_pause.model.parking`), by pause hold id."""
+    turns: dict[str, Depths] = field(default_factory=dict)
+    """Tasks waiting for their turns (:mod:`celery_pause.model.fair`), by fair limit's hold
+    id and label value (the :data:`SHOWN_VALUES` with the most)."""
 
     def to_json(self) -> dict[str, Any]:
         doc = status_json(self.status, self.depths, self.breakers, self.history, self.windows)
         doc["parked"] = [{"hold": hold, "tasks": count} for hold, count in self.parked.items()]
         doc["totals"]["parked"] = sum(count or 0 for count in self.parked.values())
+        doc["turns"] = [
+            {"hold": hold, "value": value, "tasks": count}
+            for hold, values in self.turns.items()
+            for value, count in values.items()
+        ]
+        doc["totals"]["turns"] = sum(e["tasks"] or 0 for e in doc["turns"])
         return doc
 
 
@@ -94,17 +107,28 @@ def overview(
     read_depths = depths or (lambda names: queue_depths(app, names, config.store_timeout))
     queues = status_queues(current, list(app.amqp.queues))
     parking = {h.id: parking_queue(config.key_prefix, h.id) for h in current.holds if h.pauses}
-    found = read_depths(sorted({*queues, *parking.values()}))
+    fair = [h.id for h in current.holds if h.limit is not None and h.limit.fair is not None]
+    registry = store_for(app).read_record(FAIR_REGISTRY) if fair else None
+    turns = {hold: fair_queues(registry, hold) for hold in fair}
+    named = [queue for values in turns.values() for queue in values.values()]
+    found = read_depths(sorted({*queues, *parking.values(), *named}))
     return Overview(
         status=current,
         depths={name: found.get(name) for name in queues},
         parked={hold: found.get(queue) for hold, queue in parking.items()},
+        turns={hold: most_waiting(values, found) for hold, values in turns.items()},
         breakers=tuple(breaker_statuses(app)),
         history=tuple(history(app, limit=history_limit)) if with_history else None,
         windows=tuple(
             WindowStatus.of(window, current.state, current.now) for window in config.windows
         ),
     )
+
+
+def most_waiting(queues: Mapping[str, str], depths: Depths) -> Depths:
+    """The tasks waiting in each value's queue, the :data:`SHOWN_VALUES` with most, most first."""
+    counted = sorted(((depths.get(q), v) for v, q in queues.items()), key=lambda e: -(e[0] or 0))
+    return {value: count for count, value in counted[:SHOWN_VALUES] if count}
 
 
 def cluster_state(status: ClusterStatus) -> str:

@@ -278,6 +278,7 @@ def status_lines(view: Overview) -> list[str]:
         lines.append(f"Restored by {restored.by} at {format_time(restored.at)}: {restored.lost}")
     lines.extend("  " + hold_line(hold, now, status.usage.get(hold.id)) for hold in status.holds)
     lines.extend(parked_lines(view.parked))
+    lines.extend(turn_lines(view.turns))
     if status.scheduled:
         lines.append("Scheduled (cancel one with `resume --hold ID`):")
         lines.extend("  " + scheduled_line(hold, now) for hold in status.scheduled)
@@ -294,6 +295,16 @@ def status_lines(view: Overview) -> list[str]:
         lines.append("Breakers:")
         lines.extend("  " + breaker.describe() for breaker in breakers)
     return lines
+
+
+def turn_lines(turns: Mapping[str, Mapping[str, int | None]]) -> list[str]:
+    """A line for each fair limit with tasks waiting for their turns, by label value."""
+    return [
+        f"  {sum(c or 0 for c in values.values())} task(s) of fair limit {hold} wait for "
+        f"their turns: " + ", ".join(f"{quoted(value)} {count}" for value, count in values.items())
+        for hold, values in turns.items()
+        if values
+    ]
 
 
 def parked_lines(parked: Mapping[str, int | None]) -> list[str]:

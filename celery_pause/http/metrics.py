@@ -138,7 +138,8 @@ def gate(view: WorkerView) -> Iterator[Any]:
         _counter(
             "celery_pause_gate_tasks",
             "Task messages the gate held, released to the pool, returned to the broker, parked,"
-            " brought back from parking, or dropped as a second copy of a task id.",
+            " brought back from parking, fed back for a fair turn, or dropped as a second copy"
+            " of a task id.",
             labels=["outcome"],
         ),
         [
@@ -148,6 +149,7 @@ def gate(view: WorkerView) -> Iterator[Any]:
             (["parked"], float(counters.parked)),
             (["brought_back"], float(counters.brought_back)),
             (["dropped"], float(counters.dropped)),
+            (["fed"], float(counters.fed)),
         ],
     )
     yield _gauge(

@@ -60,7 +60,7 @@ function fill(id, rows) {
   }
 }
 
-function limitText(h, usage, parked) {
+function limitText(h, usage, parked, turns) {
   // "pause" (and how many of its tasks are parked), or the limit and how much of it is used.
   if (h.rate === undefined && h.concurrency === undefined) {
     return parked ? "pause; " + parked + " parked on the broker" : "pause";
@@ -73,6 +73,11 @@ function limitText(h, usage, parked) {
   }
   if (usage && usage.booked) parts.push("rate fully used");
 
+  if (h.fair) {
+    const weights = (h.weights || []).map((w) => w[0] + "=" + w[1]).join(", ");
+    const waiting = turns ? "; " + turns + " waiting for turns" : "";
+    parts.push("fair by " + h.fair + (weights ? " (" + weights + ")" : "") + waiting);
+  }
   if (h.per) {
     const inUse = usage && usage.partitions !== undefined ? "; " + usage.partitions + " in use" : "";
     parts.push("per " + h.per + inUse);
@@ -109,8 +114,10 @@ function render(doc) {
       ": " + doc.restored.lost : "");
   const usage = Object.fromEntries(doc.limits.map((u) => [u.id, u]));
   const parked = Object.fromEntries((doc.parked || []).map((p) => [p.hold, p.tasks]));
+  const turns = {};
+  for (const t of doc.turns || []) turns[t.hold] = (turns[t.hold] || 0) + (t.tasks || 0);
   fill("holds", doc.holds.map((h) => [
-    h.source, holdScope(h), limitText(h, usage[h.id], parked[h.id]), h.paused_by, h.reason,
+    h.source, holdScope(h), limitText(h, usage[h.id], parked[h.id], turns[h.id]), h.paused_by, h.reason,
     when(h.start_at || h.paused_at), when(h.resume_at) || "—", h.beat,
   ]));
   fill("scheduled", doc.scheduled.map((h) => [

@@ -10,6 +10,7 @@ import pytest
 
 import celery_pause
 from celery_pause.api.depths import queue_depths
+from celery_pause.api.document import overview
 from celery_pause.model.fair import FAIR_REGISTRY, fair_queues
 from celery_pause.stores import store_for
 from support.cells import TWO_CELLS, cell_cluster
@@ -65,6 +66,9 @@ def test_a_tenant_sent_behind_a_flood_starts_within_its_turns_and_resume_lifts_t
     a_before_last_b = order[: len(order) - order[::-1].index("B")].count("A")
     assert a_before_last_b < 150, f"{a_before_last_b} of A started before B's last"
     assert waiting_for_turns(cluster, hold) > 0
+    shown = overview(cluster.app).to_json()
+    assert [t["value"] for t in shown["turns"] if t["hold"] == hold] == ["A"]
+    assert shown["totals"]["turns"] > 0
 
     # When the fair limit is lifted
     celery_pause.resume(cluster.app)

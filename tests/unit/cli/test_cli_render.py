@@ -16,7 +16,13 @@ from celery_pause.api.results import ClusterStatus, PauseResult, ResumeResult
 from celery_pause.cli.live import LiveProgress
 from celery_pause.cli.outcome import masked
 from celery_pause.cli.params import DateTime, Duration, NameList
-from celery_pause.cli.render import progress_lines, resume_lines, status_lines, timeout_lines
+from celery_pause.cli.render import (
+    progress_lines,
+    resume_lines,
+    status_lines,
+    timeout_lines,
+    turn_lines,
+)
 from celery_pause.model.formatting import format_duration
 from celery_pause.model.report import APPLIED, STARTING, WorkerReport
 from celery_pause.model.scope import EVERYTHING, Scope
@@ -438,3 +444,10 @@ def test_the_apps_only_queue_paused_everywhere_is_a_full_pause() -> None:
     assert status_lines(Overview(status, {}, ()))[0].startswith("State: PAUSED (queue celery)")
     both = replace(status, queues=("celery", "emails"))
     assert status_json(both, {})["state"] == "PARTIAL"
+
+
+def test_turn_lines_show_each_fair_limits_waiting_values_escaped() -> None:
+    lines = turn_lines({"h1": {"acme": 120, "evil\x1b[2J": 3}, "h2": {}})
+    assert lines == [
+        '  123 task(s) of fair limit h1 wait for their turns: "acme" 120, "evil\\u001b[2J" 3'
+    ]
