@@ -50,18 +50,18 @@ COUNT_EVERY = 1.0
 
 def send_back(
     store: Store, life: float, producer: Producer, message: Any, marker: Marker, *, turn: bool
-) -> bool:
+) -> None:
     """Publish ``message`` (parked with ``marker``) back where it came from as a new copy,
-    which takes over the claim the parked copy holds; ``turn``: marked as fed for its turn.
-    Whether it was sent (a twin of a copy that claimed is not: it is dropped)."""
+    then hand it the claim the parked copy holds; ``turn``: marked as fed for its turn. The
+    claim is handed only once the copy is safe: a failure before leaves it with the parked
+    copy, moved again later (a copy that finds another holding the claim is dropped when it
+    comes to start)."""
     fresh = replace(marker, copy=uuid.uuid4().hex, turn=turn)
+    publish_copy(producer, message, fresh, marker.exchange, marker.routing_key)
     if marker.claimed:
         task_id = text_of((message.headers or {}).get("id"))
         if hand_claim(store, task_id, marker.copy, fresh.copy, life) is None:
-            logger.warning("celery-pause: task %s: a twin of a parked copy dropped", task_id)
-            return False
-    publish_copy(producer, message, fresh, marker.exchange, marker.routing_key)
-    return True
+            logger.info("celery-pause: task %s: a twin moved, to be dropped at its start", task_id)
 
 
 class Feeding(threading.Thread):
@@ -191,8 +191,7 @@ class Feeding(threading.Thread):
             default = self.app.conf.task_default_queue
             marker = Marker(uuid.uuid4().hex, hold, "", default)
         origins.add(marker.routing_key)
-        if not send_back(self.store, self.life, producer, message, marker, turn=True):
-            self.counters.dropped += 1
+        send_back(self.store, self.life, producer, message, marker, turn=True)
         message.ack()
         return True
 

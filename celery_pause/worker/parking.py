@@ -196,11 +196,7 @@ class Parking:
                 self.registry.name(hold, queue)
             else:
                 queue = self.registry.name_value(hold, value)
-            copy = uuid.uuid4().hex
-            claimed = self._hand_claim(request, copy)
-            if claimed is None:
-                self._drop(request)
-                return True
+            copy, old = uuid.uuid4().hex, self._claimant(request)
             message = request.message
             info = message.delivery_info if isinstance(message.delivery_info, Mapping) else {}
             marker = Marker(
@@ -208,9 +204,15 @@ class Parking:
                 hold=hold,
                 exchange=text_of(info.get("exchange")),
                 routing_key=text_of(info.get("routing_key")),
-                claimed=claimed,
+                claimed=old is not None,
             )
             publish_copy(self._producer_for(queue), message, marker, queue, queue)
+            # Handed only once the copy is safe: a failure before leaves the claim with the
+            # held original, and the copy then loses it when it comes to start.
+            task_id = text_of(request.id)
+            if old is not None and hand_claim(self.store, task_id, old, copy, self.life) is None:
+                self._drop(request)  # a twin: another copy holds the claim (the copy loses too)
+                return True
         except Exception as exc:  # the broker or store failed: the message stays held
             logger.warning("celery-pause: cannot park task %s: %r", text_of(request.id), exc)
             self._reset()
@@ -220,13 +222,10 @@ class Parking:
         self.recent = True
         return True
 
-    def _hand_claim(self, request: Request, copy: str) -> bool | None:
-        """Hand the claim ``request``'s copy may hold over to ``copy``, its next (as
-        :func:`hand_claim`; ``False`` for a copy that never claims)."""
+    def _claimant(self, request: Request) -> str | None:
+        """The copy ``request`` claims as, if it claims at all (it may hold the claim)."""
         old = self.copy_of(request)
-        if old is None or (old == SOURCE_COPY and not self.recent):
-            return False
-        return hand_claim(self.store, text_of(request.id), old, copy, self.life)
+        return None if old is None or (old == SOURCE_COPY and not self.recent) else old
 
     def _drop(self, request: Request) -> None:
         """Drop ``request``: another copy of its task id has claimed it."""

@@ -223,8 +223,7 @@ class Unparking(threading.Thread):
             default = self.app.conf.task_default_queue
             marker = Marker(uuid.uuid4().hex, "", "", default)
             logger.warning("celery-pause: a parked message without its origin: sent to %s", default)
-        if not send_back(self.store, self.parking.life, producer, message, marker, turn=False):
-            self.counters.dropped += 1
+        send_back(self.store, self.parking.life, producer, message, marker, turn=False)
 
     def _retire(self, hold: str, queue: str, now: float) -> None:
         """Delete ``queue`` and its record once it is empty and its hold was lifted long ago."""
