@@ -26,7 +26,7 @@ from typing import Any
 
 import celery_pause
 from bench.world import World, conditions, log, settle
-from celery_pause.model.limit import records_prefix
+from celery_pause.model.limit_keys import records_prefix
 from celery_pause.stores import store_for
 from support.harness import wait_for
 from support.observe import most_at_once

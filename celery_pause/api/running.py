@@ -12,7 +12,7 @@ from typing import Any
 from celery import Task
 
 from ..model.content import label_value
-from ..model.limit import partition_id
+from ..model.limit_keys import partition_id
 from ..model.scope import Target
 from ..model.state import Hold, PauseState
 from ..routing import queue_of

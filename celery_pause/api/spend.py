@@ -16,7 +16,8 @@ from celery import Task, current_task
 
 from ..errors import InvalidInput, StoreError
 from ..model.content import units
-from ..model.limit import Limit, charge, rate_key
+from ..model.limit import Limit, charge
+from ..model.limit_keys import rate_key
 from ..stores import store_for
 from ..stores.primitives import RecordChange
 from .running import header_of, limits_over

@@ -5,7 +5,8 @@ from __future__ import annotations
 from celery import Celery
 
 from ..model.adaptive import adapt_key
-from ..model.limit import Record, rate_key, records_prefix, slots_key
+from ..model.limit import Record
+from ..model.limit_keys import rate_key, records_prefix, slots_key
 from ..model.report import known
 from ..model.state import PauseState
 from ..model.usage import Usage

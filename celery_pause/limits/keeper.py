@@ -24,15 +24,8 @@ from celery.worker.request import Request
 from ..errors import StoreError
 from ..logs import ThrottledLog
 from ..model.adaptive import adapt_key, at_level, cut_of, forget_level, level_of
-from ..model.limit import (
-    KEPT_KEY,
-    forget_rate,
-    kept_since,
-    rate_key,
-    reserve,
-    slots_key,
-    tagged,
-)
+from ..model.limit import KEPT_KEY, forget_rate, kept_since, reserve
+from ..model.limit_keys import rate_key, slots_key, tagged
 from ..model.slots import give_back, renew_slots, take_slots
 from ..stores import Store
 from .permits import Permits

@@ -14,7 +14,8 @@ from __future__ import annotations
 import threading
 import time
 
-from ..model.limit import Limit, partition_id
+from ..model.limit import Limit
+from ..model.limit_keys import partition_id
 from ..model.scope import Target
 from ..model.state import Hold
 from .permits import Permits

@@ -17,14 +17,13 @@ The workers share a limit through two records in the store, each changed by a pu
 - **concurrency**: the slots taken, each with an expiry (:mod:`.slots`).
 
 A limit ``per`` a label (``per="tenant"``) is one limit for each value of that label: each
-partition has its own two records (:func:`partition_id`), made when its value is first seen
-and removed once nothing uses them (a rule that leaves a record empty deletes it), so the
-store holds the partitions in use, not every value ever seen.
+partition has its own two records (:func:`~.limit_keys.partition_id`), made when its value
+is first seen and removed once nothing uses them (a rule that leaves a record empty deletes
+it), so the store holds the partitions in use, not every value ever seen.
 """
 
 from __future__ import annotations
 
-import hashlib
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -395,33 +394,3 @@ def forget_rate(record: Record | None, now: float) -> Outcome[Record, bool]:
     if record is None or next_start(record) > now:
         return Outcome(None, False)
     return Outcome({}, True)
-
-
-def tagged(outcome: Outcome[Record, R], value: str | None) -> Outcome[Record, R]:
-    """``outcome`` with the label value of its partition kept in the record it writes
-    (``of``: what a status shows of the partition), unless it deletes the record."""
-    if value is None or not outcome.value:
-        return outcome
-    return Outcome({**outcome.value, "of": value}, outcome.result)
-
-
-def partition_id(hold_id: str, value: str) -> str:
-    """The id of the partition of hold ``hold_id``'s limit for label value ``value`` (a
-    digest: a value may hold any printable character, a store key only a few)."""
-    digest = hashlib.blake2b(value.encode(), digest_size=10).hexdigest()
-    return f"{hold_id}:{digest}"
-
-
-def records_prefix(hold_id: str) -> str:
-    """The start of the keys of every record of hold ``hold_id``'s limit, partitions too."""
-    return f"limit:{hold_id}:"
-
-
-def slots_key(hold_id: str) -> str:
-    """The store record of the concurrency slots of hold ``hold_id``'s limit."""
-    return f"limit:{hold_id}:slots"
-
-
-def rate_key(hold_id: str) -> str:
-    """The store record of the rate of hold ``hold_id``'s limit."""
-    return f"limit:{hold_id}:rate"

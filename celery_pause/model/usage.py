@@ -56,7 +56,7 @@ class Usage:
     @classmethod
     def of_partitions(cls, limit: Limit, records: dict[str, Record], now: float) -> Usage:
         """The use of a limit per label from the records of its partitions, keyed as they
-        follow :func:`records_prefix` (``<digest>:slots``, ``<digest>:rate``)."""
+        follow :func:`~.limit_keys.records_prefix` (``<digest>:slots``, ``<digest>:rate``)."""
         parts: dict[str, list[Any]] = {}
         for key, record in records.items():
             partition, _, kind = key.partition(":")

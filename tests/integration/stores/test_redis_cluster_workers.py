@@ -17,7 +17,7 @@ from celery import Celery
 
 import celery_pause
 from celery_pause.errors import PauseError
-from celery_pause.model.limit import partition_id, rate_key, records_prefix, slots_key
+from celery_pause.model.limit_keys import partition_id, rate_key, records_prefix, slots_key
 from celery_pause.model.slots import live_slots
 from celery_pause.settings import config_for
 from celery_pause.stores import store_for

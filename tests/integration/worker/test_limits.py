@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 import celery_pause
-from celery_pause.model.limit import slots_key
+from celery_pause.model.limit_keys import slots_key
 from celery_pause.model.slots import live_slots
 from celery_pause.stores import store_for
 from support.cells import cell_cluster, four_workers

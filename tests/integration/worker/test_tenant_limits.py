@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 import celery_pause
-from celery_pause.model.limit import records_prefix
+from celery_pause.model.limit_keys import records_prefix
 from celery_pause.model.usage import Usage
 from celery_pause.stores import store_for
 from support.cells import cell_cluster, four_workers

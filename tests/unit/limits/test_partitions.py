@@ -7,7 +7,8 @@ from typing import cast
 from celery.worker.request import Request
 
 from celery_pause.limits.partitions import Partitions
-from celery_pause.model.limit import Limit, partition_id
+from celery_pause.model.limit import Limit
+from celery_pause.model.limit_keys import partition_id
 from celery_pause.model.scope import Scope, Target
 from celery_pause.model.state import Hold
 

@@ -11,7 +11,8 @@ from celery.worker.request import Request
 
 from celery_pause.limits.keeper import LimitKeeper
 from celery_pause.limits.permits import Permits
-from celery_pause.model.limit import HORIZON, KEPT_KEY, Limit, kept_since, rate_key
+from celery_pause.model.limit import HORIZON, KEPT_KEY, Limit, kept_since
+from celery_pause.model.limit_keys import rate_key
 from celery_pause.model.scope import EVERYTHING
 from celery_pause.model.state import Hold
 from celery_pause.stores.memory import MemoryStore

@@ -22,14 +22,10 @@ from celery_pause.model.limit import (
     Limit,
     forget_rate,
     format_rate,
-    partition_id,
-    rate_key,
-    records_prefix,
     reserve,
     run_length,
-    slots_key,
-    tagged,
 )
+from celery_pause.model.limit_keys import partition_id, rate_key, records_prefix, slots_key, tagged
 from celery_pause.model.placing import Placing, place
 from celery_pause.model.scope import EVERYTHING, NOTHING, Scope, Target
 from celery_pause.model.slots import give_back, live_slots, renew_slots, take_slots
