@@ -81,6 +81,9 @@ class Unparking(threading.Thread):
         self.prefix = prefix
         self._holds = holds
         self._seen: set[str] = set()
+        self._fair_named = True
+        """Whether the store's last record of fair queues named any (read again only then, or
+        while a fair limit is in force: a cluster without one pays no read for it)."""
         self._next_sweep = time.monotonic() + SWEEP_EVERY
         self._wake = threading.Event()
         self._stopped = threading.Event()
@@ -124,8 +127,11 @@ class Unparking(threading.Thread):
         record = self.store.read_record(REGISTRY)
         self._note(record)
         named = parking_queues(record)
-        fair = self.store.read_record(FAIR_REGISTRY)
-        self._seen.update(hold.id for hold in self._holds() if hold.pauses)
+        holds = tuple(self._holds())
+        fair_now = any(hold.limit is not None and hold.limit.fair for hold in holds)
+        fair = self.store.read_record(FAIR_REGISTRY) if fair_now or self._fair_named else None
+        self._fair_named = bool(fair_holds(fair))
+        self._seen.update(hold.id for hold in holds if hold.pauses)
         if not (named or self._seen or fair_holds(fair)):
             return 0
         snapshot = self.store.read()
