@@ -57,8 +57,11 @@ def status_text(cluster: Cluster, *args: str) -> str:
         (["--concurrency", "-1"], ["--concurrency", "-1 is not in the range 1<=x<=100000"]),
         (["--concurrency", "2.5"], ["--concurrency", "'2.5' is not a valid integer"]),
         (["--concurrency", "100001"], ["--concurrency", "1<=x<=100000"]),
-        ([], ["give --rate (e.g. 10/s), --concurrency (e.g. 3), or both"]),
-        (["-Q", "emails"], ["give --rate (e.g. 10/s), --concurrency (e.g. 3), or both"]),
+        ([], ["give --rate (e.g. 10/s), --concurrency (e.g. 3), --fair LABEL, or some of them"]),
+        (
+            ["-Q", "emails"],
+            ["give --rate (e.g. 10/s), --concurrency (e.g. 3), --fair LABEL, or some of them"],
+        ),
         (
             ["--rate", "10/s", "--resume-after", "1h", "--resume-at", LATER],
             ["--resume-after and --resume-at cannot be used together"],
@@ -67,6 +70,8 @@ def status_text(cluster: Cluster, *args: str) -> str:
         (["--rate", "10/s", "-Q", "a,,b"], ["--queues", "empty queue name"]),
         (["--concurrency", "3", "--cost", "tokens"], ["cost weighs a rate"]),
         (["--rate", "10/s", "--cost", "to kens"], ["cost must name", "'to kens'"]),
+        (["--rate", "10/s", "--weight", "acme=3"], ["weights weigh fair turns"]),
+        (["--fair", "tenant", "--weight", "acme=0"], ["weight of 'acme'"]),
     ],
 )
 def test_bad_input_exits_2_naming_the_problem_and_writes_nothing(
