@@ -27,7 +27,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any
 
 from .fair import EVEN, Weights
 from .formatting import format_duration
@@ -56,7 +56,6 @@ MAX_COST_SECONDS = 3600.0
 charged an hour's budget (a producer's typo never stops a scope for days)."""
 
 Record = dict[str, Any]
-R = TypeVar("R")
 
 
 @dataclass(frozen=True)

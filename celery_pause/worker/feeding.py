@@ -64,6 +64,17 @@ def send_back(
             logger.info("celery-pause: task %s: a twin moved, to be dropped at its start", task_id)
 
 
+def parked_marker(app: Celery, message: Any, hold: str) -> Marker:
+    """The marker of a parked ``message``; for one without (not ours, or damaged), a marker
+    that sends it to the app's default queue: it is not lost."""
+    marker = Marker.from_header((message.headers or {}).get(PARKED_HEADER))
+    if marker is None:
+        default = app.conf.task_default_queue
+        marker = Marker(uuid.uuid4().hex, hold, "", default)
+        logger.warning("celery-pause: a parked message without its origin: sent to %s", default)
+    return marker
+
+
 class Feeding(threading.Thread):
     """Feeds the tasks of the fair limits in force back, in turns."""
 
@@ -186,10 +197,7 @@ class Feeding(threading.Thread):
         message = parked_queue(queue)(conn.default_channel).get(no_ack=False)  # type: ignore[no-untyped-call]
         if message is None:
             return False
-        marker = Marker.from_header((message.headers or {}).get(PARKED_HEADER))
-        if marker is None:  # not ours, or damaged: to the app's default queue, not lost
-            default = self.app.conf.task_default_queue
-            marker = Marker(uuid.uuid4().hex, hold, "", default)
+        marker = parked_marker(self.app, message, hold)
         origins.add(marker.routing_key)
         send_back(self.store, self.life, producer, message, marker, turn=True)
         message.ack()

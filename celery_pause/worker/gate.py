@@ -214,7 +214,7 @@ class Gate:
                 if len(self._held) > self.max_held:
                     self._park_overflow()
             return False
-        if self.parking is not None and self.parking.takes_turn(request, self.target(request)):
+        if self.parking is not None and self.parking.takes_turn(request, self.target):
             return False
         return not self._waits(request, time.monotonic())
 

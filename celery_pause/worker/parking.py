@@ -276,10 +276,13 @@ class Parking:
         self._pauses = tuple(hold for hold in holds if hold.pauses)
         self._fair = tuple(h for h in holds if h.limit is not None and h.limit.fair is not None)
 
-    def takes_turn(self, request: Request, target: Target) -> bool:
+    def takes_turn(self, request: Request, target_of: TargetOf) -> bool:
         """Whether ``request`` was parked to wait for its turn: a fair limit covers it and it
         is not the copy that limit fed back for its turn. Parking that fails lets it start
-        (out of turn: nothing is lost)."""
+        (out of turn: nothing is lost). Its place is read only while a fair limit is in force."""
+        if not self._fair:
+            return False
+        target = target_of(request)
         hold = next((h for h in self._fair if h.scope.covers(target)), None)
         if hold is None or not self.enabled:
             return False

@@ -14,7 +14,6 @@ from __future__ import annotations
 import logging
 import threading
 import time
-import uuid
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -28,9 +27,7 @@ from ..model.outcome import Outcome
 from ..model.parking import (
     CLAIMS,
     GRACE,
-    PARKED_HEADER,
     REGISTRY,
-    Marker,
     forgotten,
     lifted,
     max_held_for,
@@ -42,7 +39,7 @@ from ..model.state import Hold
 from ..settings import PauseConfig
 from ..stores import Store
 from ..stores.primitives import Record, lease_holder, lease_key
-from .feeding import Feeding, send_back
+from .feeding import Feeding, parked_marker, send_back
 from .figures import GateCounters
 from .parking import Parking, copy_connection, parked_queue
 
@@ -224,11 +221,7 @@ class Unparking(threading.Thread):
         return moved
 
     def _send_back(self, producer: Producer, message: Any) -> None:
-        marker = Marker.from_header((message.headers or {}).get(PARKED_HEADER))
-        if marker is None:  # not ours, or damaged: to the app's default queue, not lost
-            default = self.app.conf.task_default_queue
-            marker = Marker(uuid.uuid4().hex, "", "", default)
-            logger.warning("celery-pause: a parked message without its origin: sent to %s", default)
+        marker = parked_marker(self.app, message, "")
         send_back(self.store, self.parking.life, producer, message, marker, turn=False)
 
     def _retire(self, hold: str, queue: str, now: float) -> None:
