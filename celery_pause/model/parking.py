@@ -67,6 +67,9 @@ class Marker:
     turn: bool = False
     """Whether this copy was fed back by its fair limit (``hold``) for its turn: it starts
     without being parked for one again (:mod:`.fair`)."""
+    owned: bool = False
+    """Whether this copy's claim was taken for it before it was published (a batch move on
+    Redis): it starts without asking the store."""
 
     def to_header(self) -> dict[str, Any]:
         header: dict[str, Any] = {
@@ -75,7 +78,7 @@ class Marker:
             "exchange": self.exchange,
             "routing_key": self.routing_key,
         }
-        flags = {name: True for name in ("claimed", "turn") if getattr(self, name)}
+        flags = {name: True for name in ("claimed", "turn", "owned") if getattr(self, name)}
         return {**header, **flags}
 
     @classmethod
@@ -90,8 +93,8 @@ class Marker:
             return None
         if not (isinstance(exchange, str) and isinstance(key, str)):
             return None
-        claimed, turn = value.get("claimed") is True, value.get("turn") is True
-        return cls(copy, hold, exchange, key, claimed, turn)
+        claimed, turn, owned = (value.get(flag) is True for flag in ("claimed", "turn", "owned"))
+        return cls(copy, hold, exchange, key, claimed, turn, owned)
 
 
 def parking_queue(prefix: str, hold: str) -> str:

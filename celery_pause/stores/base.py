@@ -247,6 +247,11 @@ class Store(ABC):
         if ``owner`` holds it already; return whether ``owner`` holds it now."""
         return self.update_record(primitives.lease_key(key), primitives.acquire(owner, ttl)).result
 
+    def acquire_leases(self, owners: Mapping[str, str], ttl: float) -> dict[str, bool]:
+        """:meth:`acquire_lease` of each key for its owner in ``owners``; whether each owner
+        holds its lease now (one round trip where the store allows)."""
+        return {key: self.acquire_lease(key, owner, ttl) for key, owner in owners.items()}
+
     def release_lease(self, key: str, owner: str) -> bool:
         """Give up lease ``key`` if ``owner`` holds it; return whether it did."""
         return self.update_record(primitives.lease_key(key), primitives.release(owner)).result

@@ -16,6 +16,7 @@ import logging
 import threading
 import time
 import uuid
+from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import replace
 from typing import Any
@@ -32,6 +33,7 @@ from ..model.parking import PARKED_HEADER, Marker
 from ..model.state import Hold
 from ..stores import Store
 from .figures import GateCounters
+from .moving import BatchMove, moves_in_batches
 from .parking import copy_connection, hand_claim, parked_queue, publish_copy
 
 logger = logging.getLogger(__name__)
@@ -56,7 +58,7 @@ def send_back(
     claim is handed only once the copy is safe: a failure before leaves it with the parked
     copy, moved again later (a copy that finds another holding the claim is dropped when it
     comes to start)."""
-    fresh = replace(marker, copy=uuid.uuid4().hex, turn=turn)
+    fresh = replace(marker, copy=uuid.uuid4().hex, turn=turn, owned=False)
     publish_copy(producer, message, fresh, marker.exchange, marker.routing_key)
     if marker.claimed:
         task_id = text_of((message.headers or {}).get("id"))
@@ -103,6 +105,7 @@ class Feeding(threading.Thread):
         """The queues (routing keys) each limit's tasks came from, as their markers say."""
         self._counted = float("-inf")
         self._conn: Connection | None = None
+        self._mover: BatchMove | None = None
         self._wake = threading.Event()
         self._stopped = threading.Event()
 
@@ -169,7 +172,10 @@ class Feeding(threading.Thread):
             return 0
         conn = self._connection()
         origins = self._origins.setdefault(hold.id, set())
-        stocked = sum(waiting(conn, queue) or 0 for queue in origins)
+        if moves_in_batches(conn):
+            stocked = self._batch(conn).depth(origins)
+        else:
+            stocked = sum(waiting(conn, queue) or 0 for queue in origins)
         room = READY - stocked
         if room <= 0:
             return 0
@@ -178,16 +184,26 @@ class Feeding(threading.Thread):
         order = self.store.update_record(
             turns_key(hold.id), lambda current, now: turns(current, backlog, weights, room)
         ).result
+        fed = Counter(self._move(conn, hold.id, order, origins))
+        for value, wanted in Counter(order).items():
+            backlog[value] = backlog[value] - fed[value] if fed[value] == wanted else 0
+        self.counters.fed += fed.total()
+        return fed.total()
+
+    def _move(self, conn: Connection, hold: str, order: list[str], origins: set[str]) -> list[str]:
+        """Move the oldest task of each value in ``order`` back for its turn, in that order;
+        the value of each moved (in one batch on Redis, one at a time elsewhere)."""
+        queues = self._queues[hold]
+        if moves_in_batches(conn):
+            by_queue = {queue: value for value, queue in queues.items()}
+            mover = self._batch(conn)
+            dropped = mover.dropped
+            moved = mover.move([queues[v] for v in order], hold=hold, turn=True)
+            self.counters.dropped += mover.dropped - dropped
+            origins.update(marker.routing_key for _, marker in moved)
+            return [by_queue[queue] for queue, _ in moved]
         producer = Producer(conn.default_channel)  # type: ignore[no-untyped-call]
-        fed = 0
-        for value in order:
-            if self._feed_one(conn, producer, hold.id, value, origins):
-                fed += 1
-                backlog[value] -= 1
-            else:
-                backlog[value] = 0
-        self.counters.fed += fed
-        return fed
+        return [v for v in order if self._feed_one(conn, producer, hold, v, origins)]
 
     def _feed_one(
         self, conn: Connection, producer: Producer, hold: str, value: str, origins: set[str]
@@ -208,8 +224,14 @@ class Feeding(threading.Thread):
             self._conn = copy_connection(self.app)
         return self._conn
 
+    def _batch(self, conn: Connection) -> BatchMove:
+        if self._mover is None:
+            default = self.app.conf.task_default_queue
+            self._mover = BatchMove(conn, self.store, self.life, default)
+        return self._mover
+
     def _reset(self) -> None:
-        conn, self._conn = self._conn, None
+        conn, self._conn, self._mover = self._conn, None, None
         self._counted = float("-inf")
         if conn is not None:
             try:

@@ -106,6 +106,8 @@ def handed(old: str, new: str, life: float) -> RecordChange[bool | None]:
         holder = lease_holder(current, now)
         if holder is None:
             return Outcome(None, False)
+        if holder == new:  # handed before, by a move cut short
+            return Outcome(None, True)
         if holder != old:
             return Outcome(None, None)
         return Outcome({"owner": new, "expires": now + life}, True)
@@ -351,9 +353,11 @@ class Parking:
         copy = self.copy_of(request)
         if copy is None or (copy == SOURCE_COPY and not self.recent):
             return True
-        task_id = text_of(request.id)
+        marker = self.marker_of(request)
         try:
-            won = self.store.acquire_lease(claim_key(task_id), copy, self.life)
+            won = (marker is not None and marker.owned) or self.store.acquire_lease(
+                claim_key(text_of(request.id)), copy, self.life
+            )
         except InvalidInput:  # an id too long for a key: never moved by us, let it run
             return True
         if won:

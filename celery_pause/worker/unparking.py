@@ -18,6 +18,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from celery import Celery
+from kombu.connection import Connection
 from kombu.messaging import Producer
 
 from ..api.depths import waiting
@@ -41,6 +42,7 @@ from ..stores import Store
 from ..stores.primitives import Record, lease_holder, lease_key
 from .feeding import Feeding, parked_marker, send_back
 from .figures import GateCounters
+from .moving import BatchMove, moves_in_batches
 from .parking import Parking, copy_connection, parked_queue
 
 logger = logging.getLogger(__name__)
@@ -48,6 +50,8 @@ logger = logging.getLogger(__name__)
 LEASE = 30.0
 """Seconds a worker holds the lease of a queue it moves (renewed every :data:`BATCH`)."""
 BATCH = 500
+STEP = 100
+"""Messages moved back in one round trip on Redis."""
 """Messages moved between two renewals of the lease."""
 SWEEP_EVERY = 3600.0
 """Seconds between two sweeps of the expired claims."""
@@ -200,24 +204,48 @@ class Unparking(threading.Thread):
             return waiting(conn, queue) == 0
 
     def _bring_back(self, queue: str, lease: str) -> int:
-        moved = 0
         with copy_connection(self.app) as conn:
             if waiting(conn, queue) == 0:
                 return 0
-            source = parked_queue(queue)(conn.channel())
-            producer = Producer(conn.channel())  # type: ignore[no-untyped-call]
-            while not self._stopped.is_set():
-                message = source.get(no_ack=False)  # type: ignore[no-untyped-call]
-                if message is None:
-                    break
-                self._send_back(producer, message)
-                message.ack()
-                moved += 1
-                self.counters.brought_back += 1
-                if moved % BATCH == 0 and not self.store.acquire_lease(lease, self.hostname, LEASE):
-                    break  # another worker took the queue over
+            if moves_in_batches(conn):
+                moved = self._bring_back_batches(conn, queue, lease)
+            else:
+                moved = self._bring_back_each(conn, queue, lease)
         if moved:
             logger.info("celery-pause: brought %d parked task(s) back from %s", moved, queue)
+        return moved
+
+    def _bring_back_batches(self, conn: Connection, queue: str, lease: str) -> int:
+        """Move ``queue`` back :data:`STEP` messages a round trip (Redis)."""
+        mover = BatchMove(conn, self.store, self.parking.life, self.app.conf.task_default_queue)
+        moved = 0
+        while not self._stopped.is_set():
+            done = len(mover.move([queue] * STEP, hold="", turn=False))
+            dropped, mover.dropped = mover.dropped, 0
+            self.counters.dropped += dropped
+            if not (done or dropped):
+                break
+            moved += done
+            self.counters.brought_back += done
+            if moved % BATCH < STEP and not self.store.acquire_lease(lease, self.hostname, LEASE):
+                break  # another worker took the queue over
+        return moved
+
+    def _bring_back_each(self, conn: Connection, queue: str, lease: str) -> int:
+        """Move ``queue`` back a message at a time (a fetch, a publish, an acknowledgement)."""
+        moved = 0
+        source = parked_queue(queue)(conn.channel())  # type: ignore[no-untyped-call]
+        producer = Producer(conn.channel())  # type: ignore[no-untyped-call]
+        while not self._stopped.is_set():
+            message = source.get(no_ack=False)  # type: ignore[no-untyped-call]
+            if message is None:
+                break
+            self._send_back(producer, message)
+            message.ack()
+            moved += 1
+            self.counters.brought_back += 1
+            if moved % BATCH == 0 and not self.store.acquire_lease(lease, self.hostname, LEASE):
+                break  # another worker took the queue over
         return moved
 
     def _send_back(self, producer: Producer, message: Any) -> None:

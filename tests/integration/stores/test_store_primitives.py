@@ -21,6 +21,7 @@ from support.stores import (
     Spec,
     make_store,
     private,
+    raw_value,
     run_in_processes,
     sql_rows,
     write_raw,
@@ -196,6 +197,20 @@ def test_a_lease_has_one_owner_who_alone_extends_or_releases_it(store: Store) ->
     assert store.acquire_lease("breaker:l", "b", 30)
 
 
+def test_leases_taken_together_each_have_one_owner(store: Store) -> None:
+    # Given a lease held by a
+    assert store.acquire_lease("claim:held", "a", 30)
+
+    # When b takes it and two free ones in one call, and c one of those after
+    taken = store.acquire_leases({"claim:held": "b", "claim:x": "b", "claim:y": "b"}, 30)
+    again = store.acquire_leases({"claim:x": "b", "claim:y": "c"}, 30)
+
+    # Then b got the free ones only, may extend its own, and c gets none of b's
+    assert taken == {"claim:held": False, "claim:x": True, "claim:y": True}
+    assert again == {"claim:x": True, "claim:y": False}
+    assert [store.lease_owner(k) for k in ("claim:held", "claim:x", "claim:y")] == ["a", "b", "b"]
+
+
 def test_an_unrenewed_lease_expires(store: Store) -> None:
     # Given a lease that its owner stops renewing (it crashed)
     assert store.acquire_lease("breaker:crash", "dead", 0.3)
@@ -205,6 +220,26 @@ def test_an_unrenewed_lease_expires(store: Store) -> None:
     wait_for(lambda: store.lease_owner("breaker:crash") is None, timeout=10, what="expiry")
     assert store.acquire_lease("breaker:crash", "alive", 30)
     assert store.lease_owner("breaker:crash") == "alive"
+
+
+@pytest.mark.parametrize(
+    "stored",
+    [b"not json", b"[1, 2]", b'"text"', b'{"owner": 7, "expires": 9e15}'],
+    ids=["not-json", "array", "string", "owner-a-number"],
+)
+def test_a_damaged_lease_record_is_never_taken_over(store: Store, stored: bytes) -> None:
+    # Given a lease record overwritten with something that is not a lease
+    assert store.acquire_lease("breaker:damaged", "a", 30)
+    write_raw(store, "record", "lease:breaker:damaged", stored)
+
+    # Then taking it fails saying so, or (an owner it cannot read, not yet expired) finds it
+    # held; the record stays as it was
+    if stored.startswith(b"{"):
+        assert not store.acquire_lease("breaker:damaged", "b", 30)
+    else:
+        with pytest.raises(StoreError, match="breaker:damaged"):
+            store.acquire_lease("breaker:damaged", "b", 30)
+    assert raw_value(store, "record", "lease:breaker:damaged") == stored
 
 
 def test_exactly_one_of_many_racing_processes_gets_a_lease(shared_spec: Spec) -> None:

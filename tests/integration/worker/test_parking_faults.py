@@ -179,20 +179,10 @@ def test_parked_tasks_come_back_after_the_store_forgot_their_records(tmp_path: P
 
 
 def test_a_worker_killed_while_it_feeds_fair_turns_loses_nothing_and_runs_nothing_twice(
-    tmp_path: Path,
+    killing_cluster: Cluster,
 ) -> None:
-    # RabbitMQ only: on Redis, kombu takes a message off its list before it records it as
-    # unacknowledged, and a worker killed between the two loses it (docs/fair.rst)
-    require("RabbitMQ", "127.0.0.1", 5672)
-    cluster = Cluster(broker=AMQP_BROKER, tmp=tmp_path, **SETTINGS)
-    try:
-        feed_kill_feeder_and_check(cluster)
-    finally:
-        cluster.close()
-
-
-def feed_kill_feeder_and_check(cluster: Cluster) -> None:
     # Given two workers, starts shared fairly by tenant, and 600 tasks of A and 200 of B
+    cluster = killing_cluster
     workers = {name: cluster.worker(name, concurrency=2) for name in ("w1", "w2")}
     for worker in workers.values():
         worker.wait_applied()

@@ -1,0 +1,219 @@
+"""Fair share by tenant beside the broker's FIFO, on real workers, one run.
+
+    python -m bench.fair            # a 100,000-task flood; one JSON object on stdout
+    python -m bench.fair --quick    # a 3,000-task flood, smaller rounds
+
+Starts two private ``redis-server`` processes (broker, store) and two real prefork ``celery
+worker`` processes (concurrency 2, prefetch 4) of ``support/proj.py`` with ``pause_labels =
+{"tenant": "tenant_id"}`` and the producer hook (``pause_park_at_send``) on. Three figures:
+
+- *flood*: tenant A sends its flood into the shared queue, then tenant B sends 200 tasks; B's
+  wait from its send to its start, under FIFO (no limit) and under ``throttle(fair="tenant")``;
+- *weights*: both tenants' backlogs waiting under ``weights={"A": 3}``: A's share of the starts
+  while both wait;
+- *alone*: A's backlog alone, unthrottled and under the fair limit: starts a second, rounds of
+  each alternating.
+
+Every task records its start (``support.proj.record``, ``TASK_S`` seconds long).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import time
+from collections.abc import Iterable
+from typing import Any
+
+import celery_pause
+from bench.stats import median, percentile
+from bench.world import World, conditions, log
+from support.harness import wait_for
+from support.processes import raise_on_sigterm
+from support.proj import RECORD_TASK
+
+LABELS = {"tenant": "tenant_id"}
+TASK_S = 0.002
+"""How long each task runs: a short task, so the figures show the scheduling, not the work."""
+NAMES = ["w1", "w2"]
+B_TASKS = 200
+STOCK = 64
+"""Starts left out at each end of a window, past what the origin queue and the workers' prefetch
+hold when a round begins or a tenant runs out."""
+
+
+def run(quick: bool) -> dict[str, Any]:
+    started, load_before = time.monotonic(), os.getloadavg()
+    flood, backlog, rounds = (3_000, 1_500, 1) if quick else (100_000, 10_000, 2)
+    figures = {
+        "flood": {"fifo": flood_case(flood, fair=False), "fair": flood_case(flood, fair=True)},
+        "weights": weights_case(backlog),
+        "alone": alone_case(backlog, rounds),
+    }
+    return {
+        "flood": flood,
+        "backlog": backlog,
+        "task_s": TASK_S,
+        "figures": figures,
+        "conditions": conditions(load_before, started),
+    }
+
+
+def world() -> World:
+    return World(
+        poll_interval=1.0,
+        pause_labels=LABELS,
+        pause_park_at_send=True,
+        worker_prefetch_multiplier=4,
+    )
+
+
+def flood_case(flood: int, *, fair: bool) -> dict[str, Any]:
+    """A's flood, then B's 200: B's waits, and the capacity meanwhile."""
+    name = "fair" if fair else "fifo"
+    w = world()
+    try:
+        queue = w.queue("shared")
+        w.start_workers(NAMES, queue=queue, concurrency=2)
+        if fair:
+            celery_pause.throttle(w.app, fair="tenant", wait=True, timeout=60)
+        log(f"flood ({name}): {flood} of A sent")
+        began = time.time()
+        send(w, queue, "A", range(flood))
+        sent_in = time.time() - began
+        b_sent = send(w, queue, "B", range(B_TASKS))
+        log(f"flood ({name}): A sent in {sent_in:.1f}s; B's {B_TASKS} sent, waiting for them")
+        starts = Starts(w)
+        b_started = starts.of(b_sent, timeout=60 + flood / 50)
+        waits = [b_started[tag] - at for tag, at in b_sent.items()]
+        capacity = starts.per_second(min(b_sent.values()), max(b_started.values()))
+        return {
+            "a_sent_in_s": round(sent_in, 1),
+            "b_wait_p50_s": round(percentile(waits, 50), 3),
+            "b_wait_p95_s": round(percentile(waits, 95), 3),
+            "b_wait_max_s": round(max(waits), 3),
+            "starts_per_s_meanwhile": round(capacity, 1),
+            "target_p95_s": round(2 + B_TASKS / (capacity / 2), 3) if fair else None,
+        }
+    finally:
+        w.close()
+
+
+def weights_case(backlog: int) -> dict[str, Any]:
+    """Both backlogs waiting for their turns under A=3: A's share while both wait."""
+    w = world()
+    try:
+        queue = w.queue("shared")
+        celery_pause.throttle(w.app, fair="tenant", weights={"A": 3}, wait=False)
+        log(f"weights: {backlog} of A and {backlog} of B sent, then the workers started")
+        starts = Starts(w)
+        a_sent = send(w, queue, "A", range(backlog))
+        b_sent = send(w, queue, "B", range(backlog))
+        w.start_workers(NAMES, queue=queue, concurrency=2)
+        starts.of([*a_sent, *b_sent], timeout=60 + backlog / 10)
+        order = starts.tenants_in_order()
+        first_out = min(len(order) - order[::-1].index(t) for t in ("A", "B"))
+        both = order[STOCK : first_out - STOCK]
+        return {
+            "a_share_while_both_wait": round(both.count("A") / len(both), 3),
+            "starts": len(both),
+        }
+    finally:
+        w.close()
+
+
+def alone_case(backlog: int, rounds: int) -> dict[str, Any]:
+    """A's backlog alone, unthrottled and under the fair limit, alternating: starts a second
+    from the first start to the last."""
+    w = world()
+    rates: dict[str, list[float]] = {"unthrottled": [], "fair": []}
+    try:
+        queue, starts = w.queue("shared"), Starts(w)
+        for turn in range(rounds):
+            for name in rates:
+                if name == "fair":
+                    celery_pause.throttle(w.app, fair="tenant", wait=False)
+                sent = send(w, queue, "A", (f"{turn}{name}{i}" for i in range(backlog)))
+                w.start_workers(NAMES, queue=queue, concurrency=2)
+                rates[name].append(drain_rate(starts, sent))
+                log(f"alone, round {turn + 1} ({name}): {rates[name][-1]:.1f} starts/s")
+                w.stop_workers(list(w.workers))
+                celery_pause.resume(w.app)
+        unthrottled, fair = median(rates["unthrottled"]), median(rates["fair"])
+        return {
+            "unthrottled_per_s": rates["unthrottled"],
+            "fair_per_s": rates["fair"],
+            "fair_of_unthrottled": round(fair / unthrottled, 3),
+        }
+    finally:
+        w.close()
+
+
+def send(w: World, queue: str, tenant: str, tags: Iterable[Any]) -> dict[str, float]:
+    """Send one task of ``tenant`` per tag, as an app sends them; when each was sent."""
+    sent = {}
+    with w.app.producer_or_acquire() as producer:
+        for tag in tags:
+            key = f"{tenant}{tag}"
+            sent[key] = time.time()
+            w.app.send_task(
+                RECORD_TASK,
+                args=(key, TASK_S),
+                kwargs={"tenant_id": tenant},
+                queue=queue,
+                producer=producer,
+            )
+    return sent
+
+
+class Starts:
+    """The tasks' starts, read as they are recorded (each record read once): tag -> (tenant,
+    start time)."""
+
+    def __init__(self, w: World) -> None:
+        self.w = w
+        self.seen: dict[str, tuple[str, float]] = {}
+        self._read = 0
+
+    def read(self) -> dict[str, tuple[str, float]]:
+        raw = self.w.records.lrange(self.w.record_key, self._read, -1)
+        self._read += len(raw)
+        for entry in map(json.loads, raw):
+            self.seen[entry["tag"]] = (entry["labels"]["tenant_id"], entry["started"])
+        return self.seen
+
+    def of(self, tags: Iterable[str], timeout: float) -> dict[str, float]:
+        """When each of ``tags`` started, once all have."""
+        wanted = set(tags)
+
+        def all_started() -> dict[str, float]:
+            seen = self.read()
+            return {t: seen[t][1] for t in wanted} if wanted <= seen.keys() else {}
+
+        return wait_for(all_started, timeout=timeout, what=f"{len(wanted)} starts", interval=0.5)
+
+    def tenants_in_order(self) -> list[str]:
+        return [tenant for tenant, _ in sorted(self.read().values(), key=lambda s: s[1])]
+
+    def per_second(self, since: float, until: float) -> float:
+        count = sum(1 for _, at in self.read().values() if since <= at <= until)
+        return count / max(until - since, 1e-3)
+
+
+def drain_rate(starts: Starts, sent: dict[str, float]) -> float:
+    """Starts a second of the tasks ``sent``, from the first start to the last."""
+    times = starts.of(sent, timeout=60 + len(sent) / 20).values()
+    return round(len(times) / (max(times) - min(times)), 1)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="a 3,000-task flood, small rounds")
+    args = parser.parse_args()
+    raise_on_sigterm()
+    print(json.dumps(run(args.quick), indent=1))
+
+
+if __name__ == "__main__":
+    main()
