@@ -8,11 +8,13 @@ worker`` processes (concurrency 2, prefetch 4) of ``support/proj.py`` with ``pau
 {"tenant": "tenant_id"}`` and the producer hook (``pause_park_at_send``) on. Three figures:
 
 - *flood*: tenant A sends its flood into the shared queue, then tenant B sends 200 tasks; B's
-  wait from its send to its start, under FIFO (no limit) and under ``throttle(fair="tenant")``;
+  wait from its send to its start, under FIFO (no limit) and under ``throttle(fair="tenant")``,
+  with the producer hook and without it (the workers then move the flood out of the queue);
 - *weights*: both tenants' backlogs waiting under ``weights={"A": 3}``: A's share of the starts
   while both wait;
 - *alone*: A's backlog alone, unthrottled and under the fair limit: starts a second, rounds of
-  each alternating.
+  each alternating, and the store's commands per start (its own counters, as ``bench.limits``
+  counts them: the commands a script runs count too).
 
 Every task records its start (``support.proj.record``, ``TASK_S`` seconds long).
 """
@@ -29,6 +31,8 @@ from typing import Any
 import celery_pause
 from bench.stats import median, percentile
 from bench.world import World, conditions, log
+from celery_pause.api.sending import ParkAtSend
+from celery_pause.beat.watch import BeatWatch
 from support.harness import wait_for
 from support.processes import raise_on_sigterm
 from support.proj import RECORD_TASK
@@ -47,7 +51,11 @@ def run(quick: bool) -> dict[str, Any]:
     started, load_before = time.monotonic(), os.getloadavg()
     flood, backlog, rounds = (3_000, 1_500, 1) if quick else (100_000, 10_000, 2)
     figures = {
-        "flood": {"fifo": flood_case(flood, fair=False), "fair": flood_case(flood, fair=True)},
+        "flood": {
+            "fifo": flood_case(flood, fair=False, hook=True),
+            "fair": flood_case(flood, fair=True, hook=True),
+            "fair_without_hook": flood_case(flood, fair=True, hook=False),
+        },
         "weights": weights_case(backlog),
         "alone": alone_case(backlog, rounds),
     }
@@ -60,24 +68,55 @@ def run(quick: bool) -> dict[str, Any]:
     }
 
 
-def world() -> World:
-    return World(
+def world(*, hook: bool = True) -> World:
+    w = World(
         poll_interval=1.0,
         pause_labels=LABELS,
-        pause_park_at_send=True,
+        pause_park_at_send=hook,
         worker_prefetch_multiplier=4,
     )
+    celery_pause.install(w.app)
+    return w
 
 
-def flood_case(flood: int, *, fair: bool) -> dict[str, Any]:
-    """A's flood, then B's 200: B's waits, and the capacity meanwhile."""
-    name = "fair" if fair else "fifo"
-    w = world()
+def hook_watch(w: World) -> BeatWatch | None:
+    """The producer hook's copy of the state, if the hook is on and has sent."""
+    hook = w.app.amqp.send_task_message
+    return hook._watching() if isinstance(hook, ParkAtSend) else None
+
+
+def close(w: World) -> None:
+    """Stop the hook's thread, then the world (its store with it)."""
+    watch = hook_watch(w)
+    if watch is not None:
+        watch.stop()
+    w.close()
+
+
+def fair_limit(w: World, **options: Any) -> None:
+    """Put a fair limit by tenant in force, and wait until the producer hook (if on) sees it:
+    it sends what it covers to the tenants' queues from then on."""
+    celery_pause.throttle(w.app, fair="tenant", **options)
+    watch = hook_watch(w)
+    if watch is not None:
+        watch.read_now()
+        wait_for(
+            lambda: any(h.limit and h.limit.fair for h in watch.active_holds()),
+            timeout=10,
+            what="the producer hook to see the fair limit",
+        )
+
+
+def flood_case(flood: int, *, fair: bool, hook: bool) -> dict[str, Any]:
+    """A's flood, then B's 200: B's waits, and the capacity meanwhile (``hook``: the producer
+    sends what waits for a turn straight to its value's queue; without, the workers move it)."""
+    name = ("fair" if fair else "fifo") + ("" if hook else " without the hook")
+    w = world(hook=hook)
     try:
         queue = w.queue("shared")
         w.start_workers(NAMES, queue=queue, concurrency=2)
         if fair:
-            celery_pause.throttle(w.app, fair="tenant", wait=True, timeout=60)
+            fair_limit(w, wait=True, timeout=60)
         log(f"flood ({name}): {flood} of A sent")
         began = time.time()
         send(w, queue, "A", range(flood))
@@ -97,7 +136,7 @@ def flood_case(flood: int, *, fair: bool) -> dict[str, Any]:
             "target_p95_s": round(2 + B_TASKS / (capacity / 2), 3) if fair else None,
         }
     finally:
-        w.close()
+        close(w)
 
 
 def weights_case(backlog: int) -> dict[str, Any]:
@@ -105,7 +144,7 @@ def weights_case(backlog: int) -> dict[str, Any]:
     w = world()
     try:
         queue = w.queue("shared")
-        celery_pause.throttle(w.app, fair="tenant", weights={"A": 3}, wait=False)
+        fair_limit(w, weights={"A": 3})
         log(f"weights: {backlog} of A and {backlog} of B sent, then the workers started")
         starts = Starts(w)
         a_sent = send(w, queue, "A", range(backlog))
@@ -120,7 +159,7 @@ def weights_case(backlog: int) -> dict[str, Any]:
             "starts": len(both),
         }
     finally:
-        w.close()
+        close(w)
 
 
 def alone_case(backlog: int, rounds: int) -> dict[str, Any]:
@@ -128,15 +167,19 @@ def alone_case(backlog: int, rounds: int) -> dict[str, Any]:
     from the first start to the last."""
     w = world()
     rates: dict[str, list[float]] = {"unthrottled": [], "fair": []}
+    commands: dict[str, list[float]] = {"unthrottled": [], "fair": []}
     try:
         queue, starts = w.queue("shared"), Starts(w)
         for turn in range(rounds):
             for name in rates:
                 if name == "fair":
-                    celery_pause.throttle(w.app, fair="tenant", wait=False)
+                    fair_limit(w)
                 sent = send(w, queue, "A", (f"{turn}{name}{i}" for i in range(backlog)))
                 w.start_workers(NAMES, queue=queue, concurrency=2)
+                before = w.store_commands()
                 rates[name].append(drain_rate(starts, sent))
+                spent = sum(w.store_commands().values()) - sum(before.values())
+                commands[name].append(round(spent / backlog, 2))
                 log(f"alone, round {turn + 1} ({name}): {rates[name][-1]:.1f} starts/s")
                 w.stop_workers(list(w.workers))
                 celery_pause.resume(w.app)
@@ -145,9 +188,10 @@ def alone_case(backlog: int, rounds: int) -> dict[str, Any]:
             "unthrottled_per_s": rates["unthrottled"],
             "fair_per_s": rates["fair"],
             "fair_of_unthrottled": round(fair / unthrottled, 3),
+            "store_commands_per_start": commands,
         }
     finally:
-        w.close()
+        close(w)
 
 
 def send(w: World, queue: str, tenant: str, tags: Iterable[Any]) -> dict[str, float]:

@@ -128,7 +128,9 @@ class ParkAtSend:
             queue = parking_queue(self.prefix, hold.id)
             self._registry.name(hold.id, queue)
         headers = dict(options.get("headers") or {})
-        headers[PARKED_HEADER] = Marker(uuid.uuid4().hex, hold.id, exchange, key).to_header()
+        headers[PARKED_HEADER] = Marker(
+            uuid.uuid4().hex, hold.id, exchange, key, sent=True
+        ).to_header()
         return {
             **options,
             "queue": None,

@@ -50,6 +50,10 @@ MIN_MAX_HELD = 64
 _UNSAFE = re.compile(r"[^A-Za-z0-9_.:-]")
 
 
+FLAGS = ("claimed", "turn", "owned", "sent")
+"""The marker's flags: in its header only when true."""
+
+
 @dataclass(frozen=True)
 class Marker:
     """What the :data:`PARKED_HEADER` of a copy says."""
@@ -70,6 +74,8 @@ class Marker:
     owned: bool = False
     """Whether this copy's claim was taken for it before it was published (a batch move on
     Redis): it starts without asking the store."""
+    sent: bool = False
+    """Whether the producer sent it parked (no worker ever fetched it: it has no twin)."""
 
     def to_header(self) -> dict[str, Any]:
         header: dict[str, Any] = {
@@ -78,7 +84,7 @@ class Marker:
             "exchange": self.exchange,
             "routing_key": self.routing_key,
         }
-        flags = {name: True for name in ("claimed", "turn", "owned") if getattr(self, name)}
+        flags = {name: True for name in FLAGS if getattr(self, name)}
         return {**header, **flags}
 
     @classmethod
@@ -93,8 +99,8 @@ class Marker:
             return None
         if not (isinstance(exchange, str) and isinstance(key, str)):
             return None
-        claimed, turn, owned = (value.get(flag) is True for flag in ("claimed", "turn", "owned"))
-        return cls(copy, hold, exchange, key, claimed, turn, owned)
+        claimed, turn, owned, sent = (value.get(flag) is True for flag in FLAGS)
+        return cls(copy, hold, exchange, key, claimed, turn, owned, sent)
 
 
 def parking_queue(prefix: str, hold: str) -> str:

@@ -58,7 +58,7 @@ def send_back(
     claim is handed only once the copy is safe: a failure before leaves it with the parked
     copy, moved again later (a copy that finds another holding the claim is dropped when it
     comes to start)."""
-    fresh = replace(marker, copy=uuid.uuid4().hex, turn=turn, owned=False)
+    fresh = replace(marker, copy=uuid.uuid4().hex, turn=turn, owned=False, sent=False)
     publish_copy(producer, message, fresh, marker.exchange, marker.routing_key)
     if marker.claimed:
         task_id = text_of((message.headers or {}).get("id"))

@@ -113,8 +113,9 @@ class BatchMove:
     @staticmethod
     def _fresh(marker: Marker, hold: str, turn: bool) -> Marker:
         """The marker of the copy that replaces one marked ``marker``."""
+        copy = _next_copy(marker.copy)
         return replace(
-            marker, copy=_next_copy(marker.copy), hold=marker.hold or hold, turn=turn, owned=False
+            marker, copy=copy, hold=marker.hold or hold, turn=turn, owned=False, sent=False
         )
 
     def _claims(self, picked: list[tuple[str, Parked]], fresh: list[Marker]) -> dict[str, bool]:
@@ -131,7 +132,9 @@ class BatchMove:
                 continue
             if parked.payload is None:
                 continue
-            if key in asked:  # two copies of one id in one batch: the second is a twin
+            if parked.marker.sent and not parked.marker.claimed:
+                owned[marker.copy] = True  # never fetched before: no other copy of it exists
+            elif key in asked:  # two copies of one id in one batch: the second is a twin
                 owned[marker.copy] = False
             elif parked.marker.claimed:
                 handed = hand_claim(self.store, task_id, parked.marker.copy, marker.copy, self.life)

@@ -169,3 +169,18 @@ def test_an_unreadable_parked_message_goes_to_the_default_queue_as_it_is(
     # Then it is off the parking list, in the default queue, byte for byte
     assert broker.client.llen(broker.parked) == 0
     assert broker.client.lrange(broker.default, 0, -1) == [b"\x00not a message"]
+
+
+def test_a_copy_its_producer_parked_moves_owned_without_a_claim(broker: Broker) -> None:
+    # Given a task its producer sent straight to the parking list (no worker ever fetched it)
+    broker.park("sent", sent=True)
+    task_id = json.loads(broker.client.lindex(broker.parked, -1))["headers"]["id"]
+
+    # When it is moved back
+    broker.mover().move([broker.parked], hold="h1", turn=True)
+
+    # Then its copy starts without a claim: it can have no twin, so none was taken
+    (back,) = broker.taken(broker.origin)
+    copy = Marker.from_header(back["headers"][PARKED_HEADER])
+    assert copy is not None and copy.owned and not copy.sent
+    assert broker.store.lease_owner(claim_key(task_id)) is None

@@ -100,6 +100,9 @@ def test_marker_reads_only_what_it_wrote() -> None:
     assert Marker.from_header(marker("c1")) == Marker("c1", "h1", "celery", "celery")
     claimed = Marker("c1", "h1", "celery", "celery", claimed=True)
     assert Marker.from_header(claimed.to_header()) == claimed
+    every = Marker("c1", "h1", "celery", "celery", True, True, True, True)
+    assert Marker.from_header(every.to_header()) == every
+    assert set(every.to_header()) - set(claimed.to_header()) == {"turn", "owned", "sent"}
     assert Marker.from_header({**marker(), "claimed": "yes"}) == Marker.from_header(marker())
     for bad in (None, "c1", [], {"copy": "", "hold": "h", "exchange": "", "routing_key": "q"}):
         assert Marker.from_header(bad) is None
