@@ -298,9 +298,10 @@ def status_lines(view: Overview) -> list[str]:
 
 
 def turn_lines(turns: Mapping[str, Mapping[str, int | None]]) -> list[str]:
-    """A line for each fair limit with tasks waiting for their turns, by label value."""
+    """A line for each limit with tasks waiting on the broker for their turns, by label value
+    (``<others>`` for a plain limit's)."""
     return [
-        f"  {sum(c or 0 for c in values.values())} task(s) of fair limit {hold} wait for "
+        f"  {sum(c or 0 for c in values.values())} task(s) of limit {hold} wait for "
         f"their turns: " + ", ".join(f"{quoted(value)} {count}" for value, count in values.items())
         for hold, values in turns.items()
         if values

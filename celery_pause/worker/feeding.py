@@ -1,4 +1,4 @@
-"""Feeding a fair limit's tasks back, a turn each (a thread per worker, one feeder per limit).
+"""Feeding a limit's parked tasks back, a turn each (a thread per worker, one feeder per limit).
 
 The workers park every task a fair limit covers in the queue of its label value
 (:meth:`~.parking.Parking.takes_turn`). For each fair limit in force, the worker holding its
@@ -8,6 +8,12 @@ of them: it counts that queue, asks the store's turns record which values go nex
 of each, oldest first, back to where it came from, marked as fed for its turn. The workers
 then start them as they come, under the limit's rate and concurrency if it has them, so the
 order in which tasks start follows the turns, within a prefetch window.
+
+A plain limit (not fair) whose tasks waited past ``pause_max_held`` in a worker has them parked
+in one turns queue (:mod:`.holding`); the worker that holds its lease feeds them back the same
+way, oldest first, while the workers report fewer than :data:`READY` tasks waiting for limits
+between them (they wait in the prefetch window, which they widen so the rest of their queue
+flows: the reports keep the feeder from filling every worker again).
 """
 
 from __future__ import annotations
@@ -17,7 +23,7 @@ import threading
 import time
 import uuid
 from collections import Counter
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Collection, Iterable
 from dataclasses import replace
 from typing import Any
 
@@ -32,9 +38,10 @@ from ..model.fair import FAIR_REGISTRY, fair_queues, turns, turns_key
 from ..model.parking import PARKED_HEADER, Marker
 from ..model.state import Hold
 from ..stores import Store
+from .claims import hand_claim
 from .figures import GateCounters
 from .moving import BatchMove, moves_in_batches
-from .parking import copy_connection, hand_claim, parked_queue, publish_copy
+from .parking import copy_connection, parked_queue, publish_copy
 
 logger = logging.getLogger(__name__)
 
@@ -89,6 +96,8 @@ class Feeding(threading.Thread):
         life: float,
         counters: GateCounters,
         holds: Callable[[], Iterable[Hold]],
+        named: Callable[[], Collection[str]] = frozenset,
+        report_ttl: float = 10.0,
     ) -> None:
         super().__init__(name="celery-pause-feeding", daemon=True)
         self.app = app
@@ -97,6 +106,12 @@ class Feeding(threading.Thread):
         self.life = life
         self.counters = counters
         self._holds = holds
+        self._named = named
+        """The limits with turns queues: each fair one, and plain ones that parked overflow."""
+        self.report_ttl = report_ttl
+        self._crowded = False
+        """Whether the workers hold :data:`READY` or more tasks waiting for limits between
+        them, as they last reported (a plain limit is fed only while they do not)."""
         self._leased: dict[str, float] = {}
         """Each limit this worker feeds, and ``time.monotonic()`` its lease was renewed."""
         self._queues: dict[str, dict[str, str]] = {}
@@ -133,16 +148,19 @@ class Feeding(threading.Thread):
 
     def tick(self) -> int:
         """One round: feed each fair limit this worker holds the lease of; how many fed."""
-        fair = [h for h in self._holds() if h.limit is not None and h.limit.fair and not h.pauses]
-        for gone in set(self._leased) - {h.id for h in fair}:
+        named = self._named()
+        fed = [
+            h for h in self._holds() if h.limit and not h.pauses and (h.limit.fair or h.id in named)
+        ]
+        for gone in set(self._leased) - {h.id for h in fed}:
             del self._leased[gone]
             self.store.release_lease(f"feed:{gone}", self.hostname)
-        fair = [hold for hold in fair if self._lease(hold.id)]
-        if not fair:
+        fed = [hold for hold in fed if self._lease(hold.id)]
+        if not fed:
             return 0
         if time.monotonic() - self._counted >= COUNT_EVERY:
-            self._count(fair)
-        return sum(self._feed(hold) for hold in fair)
+            self._count(fed)
+        return sum(self._feed(hold) for hold in fed)
 
     def _lease(self, hold: str) -> bool:
         """Whether this worker feeds ``hold`` (its lease taken or renewed when due)."""
@@ -158,6 +176,9 @@ class Feeding(threading.Thread):
     def _count(self, holds: list[Hold]) -> None:
         """Read which value queues there are, and count each."""
         record = self.store.read_record(FAIR_REGISTRY)
+        if any(hold.limit and not hold.limit.fair for hold in holds):
+            live = self.store.live_reports(self.report_ttl, self.store.now())
+            self._crowded = sum(report.waiting for report in live) >= READY
         conn = self._connection()
         for hold in holds:
             queues = fair_queues(record, hold.id)
@@ -168,7 +189,7 @@ class Feeding(threading.Thread):
     def _feed(self, hold: Hold) -> int:
         """Stock the queues ``hold``'s tasks came from up to :data:`READY`, in turns."""
         backlog = self._backlog.get(hold.id, {})
-        if not any(backlog.values()):
+        if not any(backlog.values()) or (self._crowded and hold.limit and not hold.limit.fair):
             return 0
         conn = self._connection()
         origins = self._origins.setdefault(hold.id, set())

@@ -22,11 +22,9 @@ import logging
 import threading
 import time
 import weakref
-from bisect import insort
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import replace
-from operator import itemgetter
 from typing import Any
 
 from celery.worker import state as worker_state
@@ -36,21 +34,19 @@ from ..limits.pacing import Pacing
 from ..model.content import text_of
 from ..model.scope import EVERYTHING, NOTHING, Scope, label_names
 from ..model.state import Hold
-from .broker import give_back
 from .figures import GateCounters, GateFigures, InFlight, in_flight
+from .holding import Holding
 from .parking import Parking
 from .reading import TargetReader
 
 logger = logging.getLogger(__name__)
-
-PARK_RETRY = 5.0  # seconds the gate waits after a park failed before it parks again
 
 QueueOf = Callable[[Request], str]
 Admits = Callable[[Request], bool]
 """A policy that lets a request of a paused scope pass (a circuit breaker's trials)."""
 
 
-class Gate:
+class Gate(Holding):
     """Holds requests from paused queues; lets every other request through untouched."""
 
     def __init__(
@@ -185,23 +181,6 @@ class Gate:
             return None
         return self._handler(request)
 
-    def _park_overflow(self) -> None:
-        """Park the newest held requests past ``max_held`` (on the consumer loop)."""
-        parking = self.parking
-        if parking is None or time.monotonic() < self._park_after:
-            return
-        with self._lock:
-            overflow = parking.overflow(self._held, self.max_held, self.target)
-            taken = {id(request) for request, _ in overflow}
-            self._held = [entry for entry in self._held if id(entry[0]) not in taken]
-            self._unhold(len(overflow))
-        left = parking.park_all(overflow, self.target)
-        if left:  # the broker or store failed: keep them, try again later
-            self._park_after = time.monotonic() + PARK_RETRY
-            with self._lock:
-                for request, since in left:
-                    self._hold(request, since)
-
     def _admit(self, request: Request) -> bool:
         """Hold ``request``, return it (drained) or have it wait for its pace; whether it
         goes on to the pool now."""
@@ -216,7 +195,11 @@ class Gate:
             return False
         if self.parking is not None and self.parking.takes_turn(request, self.target):
             return False
-        return not self._waits(request, time.monotonic())
+        if not self._waits(request, time.monotonic()):
+            return True
+        if len(self.pacing.waiting) > self.max_held:
+            self._park_overflow()
+        return False
 
     def _waits(self, request: Request, since: float) -> bool:
         """Whether ``request`` must wait for its ramp or limit (it then waits in the gate)."""
@@ -236,22 +219,6 @@ class Gate:
             self._start(request)
         self.counters.released += len(starting)
         return len(starting)
-
-    def _hold(self, request: Request, since: float | None = None) -> None:
-        """Hold ``request`` (under the lock) in arrival order; ``since`` when held before."""
-        if since is None:
-            since = time.monotonic()
-            self.counters.held += 1
-        insort(self._held, (request, since), key=itemgetter(1))
-        qos = self._qos()
-        if qos is not None:
-            qos.increment_eventually()
-
-    def _unhold(self, count: int) -> None:
-        """``count`` held requests left the gate: narrow the prefetch window again."""
-        qos = self._qos()
-        if qos is not None and count:
-            qos.decrement_eventually(count)
 
     def starts(self, request: Request, *, was_reserved: bool = True) -> bool:
         """In the pool, just before ``request`` would start: whether it may start now. No
@@ -299,10 +266,6 @@ class Gate:
                 self._unhold(len(drained))
         self._return(drained)
         return len(drained)
-
-    def held_requests(self) -> list[Request]:
-        """The held requests, in arrival order (a copy)."""
-        return [req for req, _ in list(self._held)]
 
     def figures(self) -> GateFigures:
         """What the gate holds and did (how many held, since when, by task; how many
@@ -361,36 +324,6 @@ class Gate:
                 passed += 1
         self.counters.released += passed
         return passed
-
-    def return_expired(self, max_hold: float) -> int:
-        """Park (else return to the broker) every request held over ``max_hold`` seconds."""
-        deadline = time.monotonic() - max_hold
-        with self._lock:
-            expired = [entry for entry in self._held if entry[1] <= deadline]
-            if expired:
-                self._held = [(req, since) for req, since in self._held if since > deadline]
-                self._unhold(len(expired))
-            waiting = self.pacing.take_waiting()
-            waited = [req for req, since in waiting if since <= deadline]
-        self.pacing.keep([(req, since) for req, since in waiting if since > deadline])
-        moved = len(expired) + len(waited)
-        if self.parking is not None:
-            expired = self.parking.park_all(expired, self.target)
-        self._return([request for request, _ in expired] + waited)
-        return moved
-
-    def return_all(self) -> int:
-        """Return every held request to the broker (warm shutdown)."""
-        with self._lock:
-            requests = [req for req, _ in self._held]
-            self._held = []
-            self._unhold(len(requests))
-            requests += [req for req, _ in self.pacing.take_waiting()]
-        self._return(requests)
-        return len(requests)
-
-    def _return(self, requests: list[Request]) -> None:
-        self.counters.returned += give_back(requests)
 
     def in_flight(self) -> tuple[InFlight, ...]:
         """The requests that may be running, by id: every reserved request the gate does not

@@ -28,7 +28,7 @@ from ..errors import InvalidInput
 from ..model.content import text_of
 from ..model.parking import PARKED_HEADER, Marker, claim_key
 from ..stores import Store
-from .parking import hand_claim
+from .claims import hand_claim
 
 logger = logging.getLogger(__name__)
 

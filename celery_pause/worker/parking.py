@@ -24,8 +24,7 @@ from kombu.messaging import Producer
 
 from ..errors import InvalidInput
 from ..model.content import text_of
-from ..model.fair import FAIR_REGISTRY, fair_queue, fair_value, value_named
-from ..model.outcome import Outcome
+from ..model.fair import FAIR_REGISTRY, OTHERS, fair_queue, fair_value, value_named
 from ..model.parking import (
     PARKED_HEADER,
     REGISTRY,
@@ -38,7 +37,7 @@ from ..model.parking import (
 from ..model.scope import Target
 from ..model.state import Hold
 from ..stores import Store
-from ..stores.primitives import Record, RecordChange, lease_holder, lease_key
+from .claims import hand_claim
 from .figures import GateCounters
 
 logger = logging.getLogger(__name__)
@@ -93,36 +92,6 @@ def copy_connection(app: Celery) -> Connection:
     if conn.transport.driver_type == "amqp":
         conn.transport_options = {**(conn.transport_options or {}), "confirm_publish": True}
     return conn  # type: ignore[no-any-return]
-
-
-def handed(old: str, new: str, life: float) -> RecordChange[bool | None]:
-    """Hand a task id's claim (its lease record) from copy ``old`` to copy ``new``, which
-    replaces it: ``True`` if handed, ``False`` if nobody holds it, ``None`` if another copy
-    does (``old`` is a twin). A copy that claimed, then was held again (or lost the store's
-    answer to its claim), keeps the claim as it moves: else its next copy would find the
-    claim taken, and be dropped."""
-
-    def change(current: Record | None, now: float) -> Outcome[Record, bool | None]:
-        holder = lease_holder(current, now)
-        if holder is None:
-            return Outcome(None, False)
-        if holder == new:  # handed before, by a move cut short
-            return Outcome(None, True)
-        if holder != old:
-            return Outcome(None, None)
-        return Outcome({"owner": new, "expires": now + life}, True)
-
-    return change
-
-
-def hand_claim(store: Store, task_id: str, old: str, new: str, life: float) -> bool | None:
-    """:func:`handed` applied to ``task_id``'s claim in ``store`` (``False`` for an id too
-    long to be a key: it never claims)."""
-    try:
-        key = lease_key(claim_key(task_id))
-    except InvalidInput:
-        return False
-    return store.update_record(key, handed(old, new, life)).result
 
 
 class Registry:
@@ -184,6 +153,9 @@ class Parking:
         self._declared: set[str] = set()
         self.registry = Registry(store, prefix)
         self._fair: tuple[Hold, ...] = ()
+        self._limits: tuple[Hold, ...] = ()
+        self.turns_named: frozenset[str] = frozenset()
+        """The limits this worker parked tasks in the turns queues of (they are fed)."""
         self.recent = True
         """Whether any task was parked within a claim's life (read from the store's record by
         :class:`~.unparking.Unparking`): only then does a redelivered message claim its id."""
@@ -198,6 +170,7 @@ class Parking:
                 self.registry.name(hold, queue)
             else:
                 queue = self.registry.name_value(hold, value)
+                self.turns_named = self.turns_named | {hold}
             copy, old = uuid.uuid4().hex, self._claimant(request)
             message = request.message
             info = message.delivery_info if isinstance(message.delivery_info, Mapping) else {}
@@ -276,7 +249,8 @@ class Parking:
         it; one a fair limit covers waits for its turn in its value's queue."""
         holds = tuple(holds)
         self._pauses = tuple(hold for hold in holds if hold.pauses)
-        self._fair = tuple(h for h in holds if h.limit is not None and h.limit.fair is not None)
+        self._limits = tuple(h for h in holds if h.limit is not None and not h.pauses)
+        self._fair = tuple(h for h in self._limits if h.limit and h.limit.fair is not None)
 
     def takes_turn(self, request: Request, target_of: TargetOf) -> bool:
         """Whether ``request`` was parked to wait for its turn: a fair limit covers it and it
@@ -307,6 +281,36 @@ class Parking:
             if self.hold_of(target_of(entry[0])) is not None:
                 over.append(entry)
         return over
+
+    def waiting_overflow(self, waiting: list[Held], most: int, target_of: TargetOf) -> list[Held]:
+        """The newest of ``waiting`` (requests waiting for a limit, oldest first) past the
+        first ``most`` that a limit in force covers."""
+        over: list[Held] = []
+        for entry in reversed(waiting):
+            if len(waiting) - len(over) <= most:
+                break
+            if self._limit_of(target_of(entry[0])) is not None:
+                over.append(entry)
+        return over
+
+    def park_waiting(self, entries: list[Held], target_of: TargetOf) -> list[Held]:
+        """Park each of ``entries`` a limit covers in that limit's turns queue, to be fed back
+        as the workers can start it (:mod:`.feeding`), until one fails; those left, in order."""
+        left: list[Held] = []
+        for index, entry in enumerate(entries):
+            target = target_of(entry[0])
+            hold = self._limit_of(target)
+            if hold is None or hold.limit is None:
+                left.append(entry)
+                continue
+            fair = hold.limit.fair
+            value = OTHERS if fair is None else fair_value(target.label, fair)
+            if not self.park(entry[0], hold.id, value):
+                return left + entries[index:]
+        return left
+
+    def _limit_of(self, target: Target) -> Hold | None:
+        return next((hold for hold in self._limits if hold.scope.covers(target)), None)
 
     def park_all(self, entries: list[Held], target_of: TargetOf) -> list[Held]:
         """Park each of ``entries`` a pause covers, until one fails; those left (in order)."""

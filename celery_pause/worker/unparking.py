@@ -50,9 +50,12 @@ logger = logging.getLogger(__name__)
 LEASE = 30.0
 """Seconds a worker holds the lease of a queue it moves (renewed every :data:`BATCH`)."""
 BATCH = 500
+"""Messages moved between two renewals of the lease."""
 STEP = 100
 """Messages moved back in one round trip on Redis."""
-"""Messages moved between two renewals of the lease."""
+TURNS_EVERY = 30.0
+"""Seconds between two reads of the record of turns queues while only plain limits are in
+force."""
 SWEEP_EVERY = 3600.0
 """Seconds between two sweeps of the expired claims."""
 SWEEP = "sweep-claims"
@@ -71,6 +74,7 @@ class Unparking(threading.Thread):
         parking: Parking,
         prefix: str,
         holds: Callable[[], Iterable[Hold]],
+        report_ttl: float = 10.0,
     ) -> None:
         super().__init__(name="celery-pause-unparking", daemon=True)
         self.app = app
@@ -85,13 +89,23 @@ class Unparking(threading.Thread):
         self._fair_named = True
         """Whether the store's last record of fair queues named any (read again only then, or
         while a fair limit is in force: a cluster without one pays no read for it)."""
+        self._turns: frozenset[str] = frozenset()
+        """The limits the store's record names turns queues of (as last read)."""
+        self._turns_due = 0.0
         self._next_sweep = time.monotonic() + SWEEP_EVERY
         self._wake = threading.Event()
         self._stopped = threading.Event()
         self.feeding = Feeding(
-            app, store, hostname=hostname, life=parking.life, counters=self.counters, holds=holds
+            app,
+            store,
+            hostname=hostname,
+            life=parking.life,
+            counters=self.counters,
+            holds=holds,
+            named=lambda: self._turns | parking.turns_named,
+            report_ttl=report_ttl,
         )
-        """The thread that feeds the tasks of fair limits back in turns (started with this)."""
+        """The thread that feeds limits' parked tasks back in turns (started with this)."""
 
     def wake(self) -> None:
         """Look again now (the state changed)."""
@@ -129,9 +143,10 @@ class Unparking(threading.Thread):
         self._note(record)
         named = parking_queues(record)
         holds = tuple(self._holds())
-        fair_now = any(hold.limit is not None and hold.limit.fair for hold in holds)
-        fair = self.store.read_record(FAIR_REGISTRY) if fair_now or self._fair_named else None
+        fair = self.store.read_record(FAIR_REGISTRY) if self._reads_turns(holds) else None
         self._fair_named = bool(fair_holds(fair))
+        if fair is not None or not self._fair_named:
+            self._turns = frozenset(fair_holds(fair))
         self._seen.update(hold.id for hold in holds if hold.pauses)
         if not (named or self._seen or fair_holds(fair)):
             return 0
@@ -155,6 +170,19 @@ class Unparking(threading.Thread):
                 self.store.release_lease(lease, self.hostname)
         return moved
 
+    def _reads_turns(self, holds: tuple[Hold, ...]) -> bool:
+        """Whether to read the record of turns queues now: while a fair limit is in force or
+        the record named any; every :data:`TURNS_EVERY` seconds while any limit is (another
+        worker may have parked its overflow)."""
+        if any(hold.limit is not None and hold.limit.fair for hold in holds) or self._fair_named:
+            return True
+        if not any(hold.limit is not None for hold in holds):
+            return False
+        due, now = self._turns_due, time.monotonic()
+        if now >= due:
+            self._turns_due = now + TURNS_EVERY
+        return now >= due
+
     def _bring_back_fair(self, record: Record | None, live: set[str], now: float) -> int:
         """Bring back the value queues of every fair limit lifted; delete them once empty
         :data:`GRACE` seconds after."""
@@ -171,7 +199,7 @@ class Unparking(threading.Thread):
                         for queue in queues:
                             parked_queue(queue)(conn.channel()).delete(if_empty=True)  # type: ignore[no-untyped-call]
                     self.store.update_record(FAIR_REGISTRY, fair_forgotten(hold))
-                    logger.info("celery-pause: the queues of fair limit %s deleted", hold)
+                    logger.info("celery-pause: the turns queues of limit %s deleted", hold)
             finally:
                 self.store.release_lease(f"unpark:{hold}", self.hostname)
         return moved
@@ -297,5 +325,6 @@ def parking_for(
         parking=parking,
         prefix=config.key_prefix,
         holds=holds,
+        report_ttl=config.worker_ttl,
     )
     return parking, unparking

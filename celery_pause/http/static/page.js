@@ -75,9 +75,9 @@ function limitText(h, usage, parked, turns) {
 
   if (h.fair) {
     const weights = (h.weights || []).map((w) => w[0] + "=" + w[1]).join(", ");
-    const waiting = turns ? "; " + turns + " waiting for turns" : "";
-    parts.push("fair by " + h.fair + (weights ? " (" + weights + ")" : "") + waiting);
+    parts.push("fair by " + h.fair + (weights ? " (" + weights + ")" : ""));
   }
+  if (turns) parts.push(turns + " waiting for turns on the broker");
   if (h.per) {
     const inUse = usage && usage.partitions !== undefined ? "; " + usage.partitions + " in use" : "";
     parts.push("per " + h.per + inUse);

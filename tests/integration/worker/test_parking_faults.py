@@ -205,3 +205,32 @@ def test_a_worker_killed_while_it_feeds_fair_turns_loses_nothing_and_runs_nothin
     cluster.wait_records(len(ids), timeout=180)
     wait_for(lambda: survivor.wait_applied().reserved == 0, timeout=60, what="the worker idle")
     assert sorted(record["id"] for record in cluster.records()) == sorted(ids)
+
+
+def test_tasks_waiting_for_fair_turns_outlive_a_rabbitmq_restart_under_the_feeder(
+    tmp_path: Path,
+) -> None:
+    # Given a worker feeding fair turns by tenant on RabbitMQ, and 300 tasks of A and 100 of B
+    # waiting for their turns
+    require("RabbitMQ", "127.0.0.1", 5672)
+    cluster = Cluster(broker=AMQP_BROKER, tmp=tmp_path, **SETTINGS)
+    try:
+        worker = cluster.worker("w1", concurrency=2)
+        worker.wait_applied()
+        celery_pause.throttle(cluster.app, fair="tenant", wait=True, timeout=20)
+        ids = [
+            cluster.send(f"{t}{i:04}", 0.02, kwargs={"tenant_id": t})
+            for t, n in (("A", 300), ("B", 100))
+            for i in range(n)
+        ]
+
+        # When RabbitMQ restarts while the worker feeds them
+        cluster.wait_records(50, timeout=60)
+        restart_rabbitmq()
+
+        # Then the worker and its feeder reconnect, and every task runs exactly once
+        cluster.wait_records(len(ids), timeout=180)
+        wait_for(lambda: worker.wait_applied().reserved == 0, timeout=60, what="the worker idle")
+        assert sorted(record["id"] for record in cluster.records()) == sorted(ids)
+    finally:
+        cluster.close()

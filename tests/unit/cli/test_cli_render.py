@@ -449,5 +449,5 @@ def test_the_apps_only_queue_paused_everywhere_is_a_full_pause() -> None:
 def test_turn_lines_show_each_fair_limits_waiting_values_escaped() -> None:
     lines = turn_lines({"h1": {"acme": 120, "evil\x1b[2J": 3}, "h2": {}})
     assert lines == [
-        '  123 task(s) of fair limit h1 wait for their turns: "acme" 120, "evil\\u001b[2J" 3'
+        '  123 task(s) of limit h1 wait for their turns: "acme" 120, "evil\\u001b[2J" 3'
     ]

@@ -31,7 +31,8 @@ from celery_pause.model.scope import Scope, Target
 from celery_pause.model.state import Hold
 from celery_pause.stores.memory import MemoryStore
 from celery_pause.stores.primitives import lease_key
-from celery_pause.worker.parking import Parking, hand_claim
+from celery_pause.worker.claims import hand_claim
+from celery_pause.worker.parking import Parking
 from celery_pause.worker.unparking import Unparking
 from support.hostile import values
 from support.requests import request_of
