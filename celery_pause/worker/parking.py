@@ -341,11 +341,18 @@ class Parking:
             marker = cls.marker_of(request)
             if marker is not None:
                 return marker.copy
-            info = request.message.delivery_info
-            redelivered = isinstance(info, Mapping) and info.get("redelivered") is True
-            return SOURCE_COPY if redelivered else None
+            return SOURCE_COPY if cls.redelivered(request) else None
         except Exception:
             return None
+
+    @staticmethod
+    def redelivered(request: Request) -> bool:
+        """Whether the broker delivers ``request``'s message again (never raises)."""
+        try:
+            info = request.message.delivery_info
+            return isinstance(info, Mapping) and info.get("redelivered") is True
+        except Exception:
+            return False
 
     def claims(self, request: Request) -> bool:
         """Whether ``request`` may start: yes if its copy needs no claim or won it. A copy that
@@ -358,10 +365,11 @@ class Parking:
         if copy is None or (copy == SOURCE_COPY and not self.recent):
             return True
         marker = self.marker_of(request)
+        # An owned copy's claim was taken as it was moved; delivered again, it may have been
+        # parked meanwhile (a worker killed mid-park leaves it and its next copy): it asks.
+        owned = marker is not None and marker.owned and not self.redelivered(request)
         try:
-            won = (marker is not None and marker.owned) or self.store.acquire_lease(
-                claim_key(text_of(request.id)), copy, self.life
-            )
+            won = owned or self.store.acquire_lease(claim_key(text_of(request.id)), copy, self.life)
         except InvalidInput:  # an id too long for a key: never moved by us, let it run
             return True
         if won:

@@ -248,3 +248,20 @@ def test_a_redelivered_message_claims_only_while_parking_is_recent() -> None:
     assert park.recent
     assert park.claims(delivered(redelivered=True))
     assert len(store.record_keys("lease:")) == 2
+
+
+def test_an_owned_copy_starts_without_asking_unless_it_is_delivered_again() -> None:
+    # Given a copy whose claim was taken as it was moved, and a store where another copy of
+    # the task id holds the claim now (this one was parked again, and its next copy claimed)
+    store = MemoryStore("memory://claims", uuid.uuid4().hex)
+    park = parking(store)
+    owned = Marker("c2", "h1", "celery", "celery", owned=True).to_header()
+    first = delivered({PARKED_HEADER: owned})
+    again = delivered({PARKED_HEADER: owned, "id": first.id}, redelivered=True)
+    assert store.acquire_lease(claim_key(first.id), "c3", 3600.0)
+
+    # Then delivered first it starts at once (no store call: the claim stays c3's); delivered
+    # again it asks, and is dropped as the twin it is
+    assert park.claims(first)
+    assert store.lease_owner(claim_key(first.id)) == "c3"
+    assert not park.claims(again)
