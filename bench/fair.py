@@ -118,15 +118,17 @@ def flood_case(flood: int, *, fair: bool, hook: bool) -> dict[str, Any]:
         if fair:
             fair_limit(w, wait=True, timeout=60)
         log(f"flood ({name}): {flood} of A sent")
+        commands, starts = w.store_commands(), Starts(w)
+        starts.read()
         began = time.time()
         send(w, queue, "A", range(flood))
         sent_in = time.time() - began
         b_sent = send(w, queue, "B", range(B_TASKS))
         log(f"flood ({name}): A sent in {sent_in:.1f}s; B's {B_TASKS} sent, waiting for them")
-        starts = Starts(w)
         b_started = starts.of(b_sent, timeout=60 + flood / 50)
         waits = [b_started[tag] - at for tag, at in b_sent.items()]
         capacity = starts.per_second(min(b_sent.values()), max(b_started.values()))
+        spent = sum(w.store_commands().values()) - sum(commands.values())
         return {
             "a_sent_in_s": round(sent_in, 1),
             "b_wait_p50_s": round(percentile(waits, 50), 3),
@@ -134,6 +136,7 @@ def flood_case(flood: int, *, fair: bool, hook: bool) -> dict[str, Any]:
             "b_wait_max_s": round(max(waits), 3),
             "starts_per_s_meanwhile": round(capacity, 1),
             "target_p95_s": round(2 + B_TASKS / (capacity / 2), 3) if fair else None,
+            "store_commands_per_start": round(spent / max(len(starts.read()), 1), 2),
         }
     finally:
         close(w)

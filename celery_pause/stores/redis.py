@@ -273,7 +273,9 @@ class BaseRedisStore(Store):
         try:
             with self._failing():
                 self._migrate()
-                return bool(self.client.execute_command("EVAL", ACQUIRE, 1, name, owner, ttl))  # type: ignore[no-untyped-call]
+                now = self._clock.now()
+                taken = self.client.execute_command("EVAL", ACQUIRE, 1, name, owner, ttl, now)  # type: ignore[no-untyped-call]
+                return bool(taken)
         except StoreError as exc:
             if "UNREADABLE" not in str(exc):
                 raise
@@ -284,10 +286,11 @@ class BaseRedisStore(Store):
         keys = list(owners)
         with self._failing():
             self._migrate()
+            now = self._clock.now()
             with self.client.pipeline(transaction=False) as pipe:
                 for key in keys:
                     name = self.record_key(lease_key(key))
-                    pipe.execute_command("EVAL", ACQUIRE, 1, name, owners[key], ttl)  # type: ignore[no-untyped-call]
+                    pipe.execute_command("EVAL", ACQUIRE, 1, name, owners[key], ttl, now)  # type: ignore[no-untyped-call]
                 replies = pipe.execute(raise_on_error=False)
         return {
             key: self.acquire_lease(key, owners[key], ttl)  # says what is wrong with it
