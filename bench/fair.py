@@ -14,7 +14,8 @@ worker`` processes (concurrency 2, prefetch 4) of ``support/proj.py`` with ``pau
   while both wait;
 - *alone*: A's backlog alone, unthrottled and under the fair limit: starts a second, rounds of
   each alternating, and the store's commands per start (its own counters, as ``bench.limits``
-  counts them: the commands a script runs count too).
+  counts them: the commands a script runs count too); and once more under the fair limit
+  without the producer hook (the workers park each task, then it is fed back).
 
 Every task records its start (``support.proj.record``, ``TASK_S`` seconds long).
 """
@@ -58,6 +59,7 @@ def run(quick: bool) -> dict[str, Any]:
         },
         "weights": weights_case(backlog),
         "alone": alone_case(backlog, rounds),
+        "alone_without_hook": without_hook_case(backlog),
     }
     return {
         "flood": flood,
@@ -118,8 +120,7 @@ def flood_case(flood: int, *, fair: bool, hook: bool) -> dict[str, Any]:
         if fair:
             fair_limit(w, wait=True, timeout=60)
         log(f"flood ({name}): {flood} of A sent")
-        commands, starts = w.store_commands(), Starts(w)
-        starts.read()
+        starts = Starts(w)
         began = time.time()
         send(w, queue, "A", range(flood))
         sent_in = time.time() - began
@@ -128,7 +129,6 @@ def flood_case(flood: int, *, fair: bool, hook: bool) -> dict[str, Any]:
         b_started = starts.of(b_sent, timeout=60 + flood / 50)
         waits = [b_started[tag] - at for tag, at in b_sent.items()]
         capacity = starts.per_second(min(b_sent.values()), max(b_started.values()))
-        spent = sum(w.store_commands().values()) - sum(commands.values())
         return {
             "a_sent_in_s": round(sent_in, 1),
             "b_wait_p50_s": round(percentile(waits, 50), 3),
@@ -136,7 +136,6 @@ def flood_case(flood: int, *, fair: bool, hook: bool) -> dict[str, Any]:
             "b_wait_max_s": round(max(waits), 3),
             "starts_per_s_meanwhile": round(capacity, 1),
             "target_p95_s": round(2 + B_TASKS / (capacity / 2), 3) if fair else None,
-            "store_commands_per_start": round(spent / max(len(starts.read()), 1), 2),
         }
     finally:
         close(w)
@@ -193,6 +192,26 @@ def alone_case(backlog: int, rounds: int) -> dict[str, Any]:
             "fair_of_unthrottled": round(fair / unthrottled, 3),
             "store_commands_per_start": commands,
         }
+    finally:
+        close(w)
+
+
+def without_hook_case(backlog: int) -> dict[str, Any]:
+    """A's backlog alone under the fair limit, sent without the producer hook while the
+    workers run: they park each task for its turn, then the feeder brings it back. Starts a
+    second, and store commands per start (the claims the feeder takes for what workers
+    parked count here)."""
+    w = world(hook=False)
+    try:
+        queue, starts = w.queue("shared"), Starts(w)
+        w.start_workers(NAMES, queue=queue, concurrency=2)
+        fair_limit(w, wait=True, timeout=60)
+        before = w.store_commands()
+        sent = send(w, queue, "A", range(backlog))
+        rate = drain_rate(starts, sent)
+        spent = sum(w.store_commands().values()) - sum(before.values())
+        log(f"alone without the hook: {rate:.1f} starts/s")
+        return {"fair_per_s": rate, "store_commands_per_start": round(spent / backlog, 2)}
     finally:
         close(w)
 

@@ -147,7 +147,8 @@ class Feeding(threading.Thread):
         self._reset()
 
     def tick(self) -> int:
-        """One round: feed each fair limit this worker holds the lease of; how many fed."""
+        """One round: feed each limit with turns queues (each fair one, and each plain one
+        that parked its overflow) this worker holds the lease of; how many fed."""
         named = self._named()
         fed = [
             h for h in self._holds() if h.limit and not h.pauses and (h.limit.fair or h.id in named)

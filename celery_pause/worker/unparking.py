@@ -144,9 +144,8 @@ class Unparking(threading.Thread):
         named = parking_queues(record)
         holds = tuple(self._holds())
         fair = self.store.read_record(FAIR_REGISTRY) if self._reads_turns(holds) else None
-        self._fair_named = bool(fair_holds(fair))
-        if fair is not None or not self._fair_named:
-            self._turns = frozenset(fair_holds(fair))
+        self._turns = frozenset(fair_holds(fair))  # not read: the last read named none
+        self._fair_named = bool(self._turns)
         self._seen.update(hold.id for hold in holds if hold.pauses)
         if not (named or self._seen or fair_holds(fair)):
             return 0

@@ -49,5 +49,6 @@ def test_the_fair_benchmark_runs_and_reports_each_figure() -> None:
         assert {"b_wait_p95_s", "starts_per_s_meanwhile"} <= set(figures["flood"][case])
     assert figures["weights"]["starts"] > 0
     assert figures["alone"]["fair_per_s"] and figures["alone"]["unthrottled_per_s"]
+    assert figures["alone_without_hook"]["fair_per_s"] > 0
     assert all(math.isfinite(n) for n in numbers(figures))
     assert report["conditions"]["celery"]
