@@ -31,9 +31,8 @@ from .primitives import (
     check_key,
     check_log_name,
     decode_entry,
-    lease_key,
 )
-from .redis_lease import ACQUIRE
+from .redis_lease import ScriptedLeases
 from .redis_notify import RedisNotifications
 
 logger = logging.getLogger(__name__)
@@ -49,7 +48,7 @@ POLICY_CHECK = 60.0
 SCAN_COUNT = 1000
 
 
-class BaseRedisStore(Store):
+class BaseRedisStore(ScriptedLeases, Store):
     """The Redis stores' code on a redis-py client: :class:`RedisStore` (one keyspace) and
     the Redis Cluster store differ in the client, the keys and the hooks :meth:`_server`,
     :meth:`_time`, :meth:`_read_many` and :meth:`_migrate`."""
@@ -266,38 +265,6 @@ class BaseRedisStore(Store):
         with self._failing():
             self._migrate()
             return self._transaction(transaction, name)
-
-    def acquire_lease(self, key: str, owner: str, ttl: float) -> bool:
-        """One script (:data:`~.redis_lease.ACQUIRE`), not a transaction."""
-        name = self.record_key(lease_key(key))
-        try:
-            with self._failing():
-                self._migrate()
-                now = self._clock.now()
-                taken = self.client.execute_command("EVAL", ACQUIRE, 1, name, owner, ttl, now)  # type: ignore[no-untyped-call]
-                return bool(taken)
-        except StoreError as exc:
-            if "UNREADABLE" not in str(exc):
-                raise
-        return super().acquire_lease(key, owner, ttl)  # says what is wrong with the record
-
-    def acquire_leases(self, owners: Mapping[str, str], ttl: float) -> dict[str, bool]:
-        """One pipeline of :data:`~.redis_lease.ACQUIRE` scripts."""
-        keys = list(owners)
-        with self._failing():
-            self._migrate()
-            now = self._clock.now()
-            with self.client.pipeline(transaction=False) as pipe:
-                for key in keys:
-                    name = self.record_key(lease_key(key))
-                    pipe.execute_command("EVAL", ACQUIRE, 1, name, owners[key], ttl, now)  # type: ignore[no-untyped-call]
-                replies = pipe.execute(raise_on_error=False)
-        return {
-            key: self.acquire_lease(key, owners[key], ttl)  # says what is wrong with it
-            if isinstance(reply, Exception)
-            else bool(reply)
-            for key, reply in zip(keys, replies, strict=True)
-        }
 
     def delete_record(self, key: str) -> None:
         with self._failing():
