@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import subprocess
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 import pytest
@@ -57,6 +57,33 @@ def resume_and_check_once(
     assert sorted(record["id"] for record in cluster.records()) == sorted(ids)
 
 
+def fetch_window(cluster: Cluster) -> int:
+    """Tasks a SIGKILL may take with it before any worker received them: on Redis, kombu takes
+    a message off its list, then records it as unacknowledged in a second round trip, so a
+    worker killed between the two loses the one it was fetching (kombu#305; as any Celery worker
+    on Redis would). RabbitMQ keeps it until it is acknowledged."""
+    return 1 if str(cluster.app.conf.broker_url).startswith("redis") else 0
+
+
+def check_once_after_kill(
+    cluster: Cluster, ids: list[str], workers: Iterable[Worker], timeout: float = 180
+) -> None:
+    """Wait until each of ``ids`` ran, but for those :func:`fetch_window` allows that no worker
+    ever received; then check that none ran twice."""
+    window, workers = fetch_window(cluster), list(workers)
+
+    def accounted() -> list[str] | None:
+        ran = [record["id"] for record in cluster.records()]
+        missing = set(ids) - set(ran)
+        if len(missing) > window:
+            return None
+        logs = "".join(w.log.read_text(errors="replace") for w in workers if w.log.exists())
+        return ran if not any(task_id in logs for task_id in missing) else None
+
+    ran = wait_for(accounted, timeout=timeout, what="every task a worker received to run")
+    assert ran is not None and len(ran) == len(set(ran)), "a task ran twice"
+
+
 def settle(cluster: Cluster, hold: str, worker: Worker) -> None:
     """Wait until nothing is parked and ``worker`` has nothing reserved."""
     wait_for(
@@ -102,10 +129,14 @@ def test_a_worker_killed_while_it_parks_loses_nothing_and_runs_nothing_twice(
 
     # Then the other parks the rest, the dead worker's messages too, once the broker gives
     # them back
-    wait_for(lambda: parked(cluster, hold) >= 1500 - MAX_HELD, timeout=90, what="all parked")
+    most = 1500 - MAX_HELD - fetch_window(cluster)
+    wait_for(lambda: parked(cluster, hold) >= most, timeout=90, what="all parked")
 
-    # And, resumed, every task ran exactly once
-    resume_and_check_once(cluster, hold, survivor, ids, timeout=180)
+    # And, resumed, every task ran exactly once (but one a SIGKILL took in kombu's fetch)
+    celery_pause.resume(cluster.app)
+    check_once_after_kill(cluster, ids, (doomed, survivor))
+    settle(cluster, hold, survivor)
+    check_once_after_kill(cluster, ids, (doomed, survivor), timeout=1)
 
 
 def test_parked_tasks_outlive_a_rabbitmq_restart(tmp_path: Path) -> None:
@@ -181,29 +212,31 @@ def test_parked_tasks_come_back_after_the_store_forgot_their_records(tmp_path: P
 def test_a_worker_killed_while_it_feeds_fair_turns_loses_nothing_and_runs_nothing_twice(
     killing_cluster: Cluster,
 ) -> None:
-    # Given two workers, starts shared fairly by tenant, and 600 tasks of A and 200 of B
+    # Given starts shared fairly by tenant, a worker that feeds the turns but consumes another
+    # queue (so the SIGKILL takes nothing kombu is fetching: only the feeding is cut), another
+    # that runs the tasks, and 600 tasks of A and 200 of B
     cluster = killing_cluster
-    workers = {name: cluster.worker(name, concurrency=2) for name in ("w1", "w2")}
-    for worker in workers.values():
-        worker.wait_applied()
-    hold = celery_pause.throttle(cluster.app, fair="tenant", wait=True, timeout=20).hold.id
+    hold = celery_pause.throttle(cluster.app, fair="tenant").hold.id
+    feeder = cluster.worker("w1", queues=[cluster.queue("aside")])
+    feeder.wait_applied()
+    store = store_for(cluster.app)
+    wait_for(lambda: store.lease_owner(f"feed:{hold}") == feeder.hostname, timeout=20, what="feed")
+    runner = cluster.worker("w2", concurrency=2)
+    runner.wait_applied()
     ids = [
         cluster.send(f"{t}{i:04}", 0.01, kwargs={"tenant_id": t})
         for t, n in (("A", 600), ("B", 200))
         for i in range(n)
     ]
 
-    # When the worker that feeds the turns is killed (SIGKILL) while it feeds them
+    # When the feeding worker is killed (SIGKILL) while it feeds them
     cluster.wait_records(100, timeout=60)
-    feeder = store_for(cluster.app).lease_owner(f"feed:{hold}")
-    assert feeder is not None
-    doomed = workers[feeder.partition("@")[0]]
-    doomed.kill()
+    feeder.kill()
 
     # Then the other takes the feeding over, and every task ran exactly once
-    survivor = next(worker for worker in workers.values() if worker is not doomed)
     cluster.wait_records(len(ids), timeout=180)
-    wait_for(lambda: survivor.wait_applied().reserved == 0, timeout=60, what="the worker idle")
+    wait_for(lambda: runner.wait_applied().reserved == 0, timeout=60, what="the worker idle")
+    assert store.lease_owner(f"feed:{hold}") == runner.hostname
     assert sorted(record["id"] for record in cluster.records()) == sorted(ids)
 
 
