@@ -39,9 +39,10 @@ CHECKS = (
     "tests/integration/worker/test_pause_holds.py",
     "tests/integration/worker/test_adaptive_limits.py",
     "tests/integration/worker/test_parking.py",
+    "tests/integration/worker/test_batch_move.py",
     "-k",
     "test_pool_support or test_green_internals or nothing_starts_while_paused"
-    " or no_adaptive_limit_covers or (moved_twice and redis)",
+    " or no_adaptive_limit_covers or (moved_twice and redis) or test_batch_move",
 )
 
 VERSIONS = (
