@@ -22,7 +22,6 @@ Every task records its start (``support.proj.record``, ``TASK_S`` seconds long).
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import time
@@ -31,11 +30,10 @@ from typing import Any
 
 import celery_pause
 from bench.stats import median, percentile
-from bench.world import World, conditions, log
+from bench.world import World, conditions, log, quick_main
 from celery_pause.api.sending import ParkAtSend
 from celery_pause.beat.watch import BeatWatch
 from support.harness import wait_for
-from support.processes import raise_on_sigterm
 from support.proj import RECORD_TASK
 
 LABELS = {"tenant": "tenant_id"}
@@ -274,11 +272,7 @@ def drain_rate(starts: Starts, sent: dict[str, float]) -> float:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="a 3,000-task flood, small rounds")
-    args = parser.parse_args()
-    raise_on_sigterm()
-    print(json.dumps(run(args.quick), indent=1))
+    quick_main(__doc__, run, "a 3,000-task flood, small rounds")
 
 
 if __name__ == "__main__":

@@ -16,7 +16,6 @@ latency from the time each of its tasks was sent.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import time
@@ -28,11 +27,10 @@ import psutil
 
 import celery_pause
 from bench.stats import percentile
-from bench.world import World, conditions, log, settle
+from bench.world import World, conditions, log, quick_main, settle
 from celery_pause.model.parking import parking_queue
 from celery_pause.settings import config_for
 from support.harness import Worker, wait_for
-from support.processes import raise_on_sigterm
 from support.proj import RECORD_TASK
 
 LABELS = {"tenant": "tenant_id"}
@@ -218,11 +216,7 @@ def send_one(world: World, queue: str, tenant: str, tag: str, producer: Any) -> 
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="5,000 tasks, a 20 s window")
-    args = parser.parse_args()
-    raise_on_sigterm()
-    print(json.dumps(run(args.quick), indent=1))
+    quick_main(__doc__, run, "5,000 tasks, a 20 s window")
 
 
 if __name__ == "__main__":

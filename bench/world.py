@@ -9,6 +9,7 @@ counters see the workers' store traffic and nothing else. Workers are real
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import platform
@@ -18,7 +19,7 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,6 +33,7 @@ from celery import Celery
 from celery_pause.errors import PauseError
 from celery_pause.stores import store_for
 from support.harness import ROOT, Worker, stop_all, wait_for
+from support.processes import raise_on_sigterm
 from support.proj import RECORD_TASK, make_app
 from support.redis_server import RedisServer
 
@@ -221,3 +223,13 @@ def conditions(load_before: tuple[float, ...], started: float) -> dict[str, Any]
         "redis_py": redis.__version__,
         "date": time.strftime("%Y-%m-%d"),
     }
+
+
+def quick_main(doc: str, run: Callable[[bool], dict[str, Any]], quick: str) -> None:
+    """A benchmark's command line: ``--quick`` (``quick`` says what it runs), then one JSON
+    object on stdout; SIGTERM stops it as Ctrl-C would (its processes stopped)."""
+    parser = argparse.ArgumentParser(description=doc.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help=quick)
+    args = parser.parse_args()
+    raise_on_sigterm()
+    print(json.dumps(run(args.quick), indent=1))

@@ -274,24 +274,12 @@ class Parking:
 
     def overflow(self, held: list[Held], most: int, target_of: TargetOf) -> list[Held]:
         """The newest of ``held`` (oldest first) past the first ``most`` that can be parked."""
-        over: list[Held] = []
-        for entry in reversed(held):
-            if len(held) - len(over) <= most:
-                break
-            if self.hold_of(target_of(entry[0])) is not None:
-                over.append(entry)
-        return over
+        return _newest_past(held, most, lambda t: self.hold_of(t) is not None, target_of)
 
     def waiting_overflow(self, waiting: list[Held], most: int, target_of: TargetOf) -> list[Held]:
         """The newest of ``waiting`` (requests waiting for a limit, oldest first) past the
         first ``most`` that a limit in force covers."""
-        over: list[Held] = []
-        for entry in reversed(waiting):
-            if len(waiting) - len(over) <= most:
-                break
-            if self._limit_of(target_of(entry[0])) is not None:
-                over.append(entry)
-        return over
+        return _newest_past(waiting, most, lambda t: self._limit_of(t) is not None, target_of)
 
     def park_waiting(self, entries: list[Held], target_of: TargetOf) -> list[Held]:
         """Park each of ``entries`` a limit covers in that limit's turns queue, to be fed back
@@ -361,10 +349,10 @@ class Parking:
         Raises:
             StoreError: The store cannot be reached: nothing is known, hold it.
         """
-        copy = self.copy_of(request)
+        marker = self.marker_of(request)
+        copy = marker.copy if marker is not None else self.copy_of(request)
         if copy is None or (copy == SOURCE_COPY and not self.recent):
             return True
-        marker = self.marker_of(request)
         # An owned copy's claim was taken as it was moved; delivered again, it may have been
         # parked meanwhile (a worker killed mid-park leaves it and its next copy): it asks.
         owned = marker is not None and marker.owned and not self.redelivered(request)
@@ -379,3 +367,17 @@ class Parking:
             return True
         self._drop(request)
         return False
+
+
+def _newest_past(
+    entries: list[Held], most: int, parks: Callable[[Target], bool], target_of: TargetOf
+) -> list[Held]:
+    """The newest of ``entries`` (oldest first), past the first ``most``, whose place
+    ``parks`` says can be parked."""
+    over: list[Held] = []
+    for entry in reversed(entries):
+        if len(entries) - len(over) <= most:
+            break
+        if parks(target_of(entry[0])):
+            over.append(entry)
+    return over
