@@ -15,6 +15,7 @@ passed while the gate did not look (the worker stalled) is dropped once later th
 
 from __future__ import annotations
 
+import random
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -23,15 +24,20 @@ from dataclasses import dataclass
 from celery.worker.request import Request
 
 from ..model.adaptive import Cut
-from ..model.limit import Limit, lateness, run_length
+from ..model.limit import HORIZON, Limit, lateness, run_length
 from ..model.scope import Scope, Target
 from ..model.state import Hold
 
 ENDED_CHECK = 0.01
 """Seconds between two looks for ended tasks while this worker holds slots in use."""
+BOOKING_SPREAD = 4
+"""After ``n`` asks in a row that booked nothing, the next waits a random part of up to
+``min(n, BOOKING_SPREAD)`` quarters of the horizon more."""
 SLOT_CHECK = (0.05, 0.1)
 """Seconds between two asks for a slot while tasks wait for one and this worker has none:
 from the first, doubled at each ask that got none, up to the second."""
+SLOT_CHECK_HOLDING = 0.5
+"""The most seconds between two such asks while this worker holds slots of the limit."""
 
 
 @dataclass(slots=True)
@@ -91,6 +97,8 @@ class Permits:
         """Slots in use, and the request each one runs."""
         self.retry_at = float("-inf")
         """Store time before which booking start times is not worth asking for."""
+        self._booking_misses = 0
+        """Asks in a row that booked nothing (other workers had taken the room)."""
         self.known = float("-inf")
         """The rate's next start time as this worker last saw it in the store (a record
         found behind it was lost by the store)."""
@@ -300,6 +308,8 @@ class Permits:
             self._free.extend(slots)
             self._slot_misses = 0 if slots else self._slot_misses + 1
             first, most = SLOT_CHECK
+            if self.slots_in_hand():
+                most = SLOT_CHECK_HOLDING  # its own ended tasks' slots serve its requests
             self._next_slot_ask = time.monotonic() + min(first * 2**self._slot_misses, most)
 
     def starts_wanted(self, now: float) -> list[tuple[Request, float]]:
@@ -331,7 +341,15 @@ class Permits:
             if times:
                 for (request, cost), at in zip(booked, times, strict=True):
                     self._starts[request] = Booked(at, cost)
-            self.retry_at = retry_at
+            if times:
+                # no run fits before the record's next start time is within the horizon
+                self._booking_misses, retry_at = 0, max(retry_at, known - HORIZON)
+            else:
+                self._booking_misses += 1
+            # other workers took the room: ask a little later than they will, so that the
+            # one that booked last asks first, and the rest do not all ask at every opening
+            spread = min(self._booking_misses, BOOKING_SPREAD) * HORIZON / 4
+            self.retry_at = retry_at + random.uniform(0.0, spread)
             self.known = known
 
     def held_slots(self) -> list[str]:

@@ -370,9 +370,10 @@ def kept_since(record: Record | None, now: float) -> Outcome[Record, float]:
 
 def run_length(rate: float, costs: Iterable[float]) -> int:
     """How many of the waiting tasks ``costs`` a worker reserves start times for at once:
-    a quarter of the horizon's worth of units, so that several workers take turns (at least
-    one task, never more than wait)."""
-    budget, count, spent = math.ceil(rate * HORIZON / 4), 0, 0.0
+    half the horizon's worth of units, so that two workers' runs fit the horizon and each
+    booking (a store write) serves several starts (at least one task, never more than
+    wait)."""
+    budget, count, spent = math.ceil(rate * HORIZON / 2), 0, 0.0
     for cost in costs:
         if count and spent + cost > budget:
             break

@@ -123,9 +123,14 @@ class WorkerReport:
 
     def urgent(self) -> tuple[Any, ...]:
         """What a new report must say at once when it changes (the rest waits for the
-        heartbeat): the generation, the tasks running in scope, held and waiting, and the
-        breakers served."""
-        return (self.generation, self.running, self.held, self.waiting, self.breakers)
+        heartbeat, or :meth:`counts` for two seconds): the generation, the tasks running in
+        scope, whether any are held or wait, and the breakers served."""
+        return (self.generation, self.running, self.held > 0, self.waiting > 0, self.breakers)
+
+    def counts(self) -> tuple[int, int]:
+        """How many are held and wait: said within two seconds of a change (under a limit they
+        change at every start, and a report each time would cost a store write a start)."""
+        return (self.held, self.waiting)
 
     def _paused_json(self) -> list[str] | None:
         """:attr:`paused` in JSON: a list, ``None`` (``null``) when every queue is held."""

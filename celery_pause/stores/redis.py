@@ -16,24 +16,22 @@ from ..model.state import PauseState, unreadable_hold
 from .base import (
     Change,
     ClockOffset,
-    RecordUpdated,
     Snapshot,
     Store,
     Updated,
     bad_url,
     decode_record,
-    encode_record,
 )
 from .primitives import (
     R,
     Record,
-    RecordChange,
     check_key,
     check_log_name,
     decode_entry,
 )
 from .redis_lease import ScriptedLeases
 from .redis_notify import RedisNotifications
+from .redis_records import SwappedRecords
 
 logger = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -48,7 +46,7 @@ POLICY_CHECK = 60.0
 SCAN_COUNT = 1000
 
 
-class BaseRedisStore(ScriptedLeases, Store):
+class BaseRedisStore(SwappedRecords, ScriptedLeases, Store):
     """The Redis stores' code on a redis-py client: :class:`RedisStore` (one keyspace) and
     the Redis Cluster store differ in the client, the keys and the hooks :meth:`_server`,
     :meth:`_time`, :meth:`_read_many` and :meth:`_migrate`."""
@@ -73,6 +71,8 @@ class BaseRedisStore(ScriptedLeases, Store):
         self._clock = ClockOffset(lambda: self._time(self._server(), self.state_key))
         self._policy: str | None = None
         self._policy_at = float("-inf")
+        self._written: dict[str, bytes | object | None] = {}
+        """What this process last wrote of each record (:class:`SwappedRecords`)."""
         self.record_prefix = f"{prefix}:record:"
         """What each record's key begins with (``<prefix>:record:<key>``)."""
 
@@ -247,26 +247,8 @@ class BaseRedisStore(ScriptedLeases, Store):
             raw = self.client.get(self.record_key(key))
         return decode_record(key, raw)
 
-    def update_record(self, key: str, change: RecordChange[R]) -> RecordUpdated[R]:
-        name = self.record_key(key)
-
-        def transaction(pipe: redis.client.Pipeline) -> RecordUpdated[R]:
-            current = decode_record(key, pipe.get(name))
-            outcome = change(current, self._time(pipe, name))
-            if outcome.value is not None:
-                data = encode_record(outcome.value)
-                pipe.multi()
-                if outcome.value:
-                    pipe.set(name, data)
-                else:
-                    pipe.delete(name)
-            return RecordUpdated.of(current, outcome)
-
-        with self._failing():
-            self._migrate()
-            return self._transaction(transaction, name)
-
     def delete_record(self, key: str) -> None:
+        self._written.pop(self.record_key(key), None)  # the next change finds it missing
         with self._failing():
             self._migrate()
             self.client.delete(self.record_key(key))
@@ -313,7 +295,8 @@ class BaseRedisStore(ScriptedLeases, Store):
 
 class RedisStore(RedisNotifications, BaseRedisStore):
     """Keeps ``<prefix>:state`` (JSON), ``<prefix>:workers`` (hash of JSON reports) and each
-    record as ``<prefix>:record:<key>`` (JSON, updated with WATCH/MULTI, listed by a ``SCAN``).
+    record as ``<prefix>:record:<key>`` (JSON, updated by a compare-and-set script, listed by
+    a ``SCAN``).
 
     Earlier releases kept every record in the hash ``<prefix>:records`` and the history in the
     list ``<prefix>:log:history``: a process moves the hash's records at its first use of

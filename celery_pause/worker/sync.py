@@ -40,6 +40,8 @@ logger = logging.getLogger(__name__)
 
 DRAIN_CHECK = 0.02
 """Seconds between local checks of running tasks while a pause drains."""
+COUNTS_EVERY = 2.0
+"""Fewest seconds between two reports that only change how many tasks are held or wait."""
 
 
 class Followed(Protocol):
@@ -108,6 +110,11 @@ class StoreSync(threading.Thread):
         self._reported_running = False
         """Whether the last report named tasks running in scope."""
         self._next_heartbeat = 0.0
+        self._published_counts = (0, 0)
+        """How many tasks were held and waiting, as the last report said."""
+        self._counts_pending = False
+        """Whether those counts changed since, and a report will say so at :attr:`_counts_due`."""
+        self._counts_due = 0.0
         self._errors = ThrottledLog(logger)
         self._failing = False
         """Whether the last store operation failed (for the log line when it works again)."""
@@ -246,6 +253,8 @@ class StoreSync(threading.Thread):
         oldest = snapshot.gate.oldest
         if oldest is not None:
             timeout = min(timeout, max(oldest + self.config.max_hold - now, DRAIN_CHECK))
+        if self._counts_pending:
+            timeout = min(timeout, max(self._counts_due - now, DRAIN_CHECK))
         return timeout
 
     def _publish(self, snapshot: WorkerSnapshot) -> None:
@@ -254,7 +263,13 @@ class StoreSync(threading.Thread):
             return
         report = snapshot.report(seen=0.0)
         key = (enforced.scope, *report.urgent())
-        if key == self._published and time.monotonic() < self._next_heartbeat:
+        now = time.monotonic()
+        self._counts_pending = report.counts() != self._published_counts
+        if (
+            key == self._published
+            and now < self._next_heartbeat
+            and (not self._counts_pending or now < self._counts_due)
+        ):
             return
         try:
             self.store.put_worker(replace(report, seen=self.store.now()))
@@ -262,6 +277,9 @@ class StoreSync(threading.Thread):
             self._log_store_error(exc)
             return
         self._published = key
+        self._published_counts = report.counts()
+        self._counts_pending = False
+        self._counts_due = now + COUNTS_EVERY
         self._reported_running = bool(report.running)
         self._next_heartbeat = time.monotonic() + self.config.worker_ttl / 3
 

@@ -36,11 +36,12 @@ def add_events(store: Store, key: str) -> list[int]:
 
 
 def increment(store: Store, key: str) -> None:
-    def bump(record: dict[str, Any] | None, now: float) -> Outcome[dict[str, Any], None]:
-        return Outcome({"n": (record or {"n": 0})["n"] + 1}, None)
-
     for _ in range(EACH):
-        store.update_record(key, bump)
+        store.update_record(key, increment_once)
+
+
+def increment_once(record: dict[str, Any] | None, now: float) -> Outcome[dict[str, Any], None]:
+    return Outcome({"n": (record or {"n": 0})["n"] + 1}, None)
 
 
 def take_lease(store: Store, key: str) -> bool:
@@ -148,6 +149,40 @@ def test_concurrent_record_updates_lose_nothing(shared_spec: Spec) -> None:
 
     # Then every increment is there
     assert store.read_record("breaker:count") == {"n": PROCESSES * EACH}
+
+
+def test_a_record_changed_or_deleted_by_another_process_is_changed_from_what_it_holds(
+    shared_spec: Spec,
+) -> None:
+    # Given two processes' stores, the first having written a record last
+    mine, theirs = make_store(*shared_spec), make_store(*shared_spec)
+    bump = increment_once
+    mine.update_record("breaker:n", bump)
+    assert mine.read_record("breaker:n") == {"n": 1}
+
+    # When the other changes it twice, then the first changes it again
+    theirs.update_record("breaker:n", bump)
+    theirs.update_record("breaker:n", bump)
+    mine.update_record("breaker:n", bump)
+    # Then the change was made to what the record held, not to what the first wrote
+    assert theirs.read_record("breaker:n") == {"n": 4}
+
+    # When the other deletes it, and the first changes it (it wrote last)
+    theirs.delete_record("breaker:n")
+    mine.update_record("breaker:n", bump)
+    mine.update_record("breaker:n", bump)
+    # Then the change starts from a missing record
+    assert theirs.read_record("breaker:n") == {"n": 2}
+
+    # When a process that never saw it creates it, and another that never saw it changes it
+    # in a way that writes nothing (an outcome of no change)
+    theirs.update_record("breaker:m", bump)
+    third = make_store(*shared_spec)
+    seen = third.update_record("breaker:m", lambda rec, now: Outcome(None, rec))
+    # Then that change saw the record as it is, not as missing
+    assert seen.result == {"n": 1}
+    for opened in (mine, theirs, third):
+        opened.close()
 
 
 @pytest.mark.parametrize("raw", [b"{not json", b"[1, 2]"])

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import subprocess
+import time
+from collections import Counter
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
@@ -259,11 +261,21 @@ def test_tasks_waiting_for_fair_turns_outlive_a_rabbitmq_restart_under_the_feede
 
         # When RabbitMQ restarts while the worker feeds them
         cluster.wait_records(50, timeout=60)
+        cut = time.time()
         restart_rabbitmq()
+        back = time.time()
 
-        # Then the worker and its feeder reconnect, and every task runs exactly once
+        # Then the worker and its feeder reconnect, and every task runs, once: but for a task
+        # whose acknowledgement the restart cut off as it started, which RabbitMQ delivers again
+        # (Celery's at-least-once, for any task; at most one per pool process)
         cluster.wait_records(len(ids), timeout=180)
         wait_for(lambda: worker.wait_applied().reserved == 0, timeout=60, what="the worker idle")
-        assert sorted(record["id"] for record in cluster.records()) == sorted(ids)
+        records = cluster.records()
+        assert sorted(set(record["id"] for record in records)) == sorted(ids)
+        runs = Counter(record["id"] for record in records)
+        first = {task: min(r["started"] for r in records if r["id"] == task) for task in runs}
+        twice = {task: first[task] for task, count in runs.items() if count > 1}
+        assert len(twice) <= 2 and max(runs.values()) <= 2, twice
+        assert all(cut <= started <= back for started in twice.values()), (cut, back, twice)
     finally:
         cluster.close()

@@ -189,11 +189,11 @@ def waiting(permits: Permits, *costs: float) -> list[tuple[Request, float]]:
 
 
 def test_permits_book_for_what_waiting_tasks_cost_and_spend_a_time_on_its_task() -> None:
-    # Given tasks of 5, 1 and 40 units waiting for 100 units a second
+    # Given tasks of 5, 1 and 45 units waiting for 100 units a second
     permits = permits_of(TOKENS)
-    tasks = waiting(permits, 5.0, 1.0, 40.0)
+    tasks = waiting(permits, 5.0, 1.0, 45.0)
 
-    # Then the booking asks for their costs, a quarter horizon's worth (25 units) at once
+    # Then the booking asks for their costs, half a horizon's worth (50 units) at once
     assert permits.starts_wanted(NOW) == tasks[:2]
     permits.add_starts(tasks[:2], [NOW + 0.04, NOW + 0.05], NOW, NOW + 0.06)
     assert permits.starts_wanted(NOW) == tasks[2:]

@@ -241,7 +241,7 @@ def test_a_ramp_books_from_now_not_in_the_past() -> None:
     done = reserve(None, NOW, limit=RAMP, costs=[1.0] * want)
 
     # Then its run starts now, at the ramp's current rate (20/s), not from its start
-    assert done.result.count == want == 5
+    assert done.result.count == want == 10
     assert min(done.result.starts) == NOW
     gaps = [b - a for a, b in itertools.pairwise(done.result.starts)]
     assert all(1 / 21 < gap < 1 / 19 for gap in gaps), gaps

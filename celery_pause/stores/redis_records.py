@@ -1,0 +1,101 @@
+"""Updating a record on Redis with one script that writes the new record only if the key
+still holds the value it was computed from (compare and set).
+
+The change itself is computed here, by the same pure function every store runs
+(:meth:`~celery_pause.stores.base.Store.update_record`); only the check and the write are on
+the server. A watched transaction took six commands (``WATCH``, ``GET``, ``TIME``, ``MULTI``,
+the write, ``EXEC``); this takes ``EVAL`` with its own ``GET`` and write, computed from the
+value this process last wrote (:class:`SwappedRecords`). The time is the store's, as
+:class:`~celery_pause.stores.base.ClockOffset` keeps it, as for the leases.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from contextlib import AbstractContextManager
+
+import redis
+
+from ..errors import StoreError
+from .base import ClockOffset, RecordUpdated, Store, decode_record, encode_record
+from .primitives import R, RecordChange
+
+SWAP = """
+local raw = redis.call('GET', KEYS[1])
+local expected = false
+if ARGV[1] == '1' then expected = ARGV[2] end
+if raw ~= expected then
+  if raw then return {0, raw} end
+  return {0}
+end
+if ARGV[3] == '' then redis.call('DEL', KEYS[1]) else redis.call('SET', KEYS[1], ARGV[3]) end
+return {1}
+"""
+"""KEYS[1]: the record; ARGV: ``1`` if it was read (else it was missing), the value read, the
+new value (empty: delete it). ``{1}`` if written, else ``{0}`` and what the key holds now."""
+CHANGED = object()
+"""What a process remembers of a record another changed: read it before the next change."""
+REMEMBERED = 4096
+"""The most records whose last written value a process keeps (all are forgotten past it)."""
+
+
+class SwappedRecords(Store):
+    """Records updated with :data:`SWAP` (a base of the Redis stores, which set the state).
+
+    Each process remembers the last value it wrote of a record and computes the next change
+    from it, unread; a record it does not remember is guessed missing (as a limit's partition
+    mostly is). A record mostly changed by one worker (its limit's slots, a tenant's
+    partition) then costs the script alone, three commands. One found changed by another
+    (the script answers what it holds) is read before its next change: four commands. A
+    guess that changes nothing is read to be sure."""
+
+    client: redis.Redis
+    _clock: ClockOffset
+    _failing: Callable[[], AbstractContextManager[None]]
+    _migrate: Callable[[], None]
+    record_key: Callable[[str], str]
+    _written: dict[str, bytes | object | None]
+
+    def update_record(self, key: str, change: RecordChange[R]) -> RecordUpdated[R]:
+        """Change the record as last written here (else as read), and write it only if the
+        key still holds that; else again from what it holds then (the script says)."""
+        name = self.record_key(key)
+        with self._failing():
+            self._migrate()
+            last = self._written.get(name)
+            guessed = last is not CHANGED
+            raw = last if guessed else self.client.get(name)
+            while True:
+                try:
+                    current = decode_record(key, raw)  # type: ignore[arg-type]
+                except StoreError:
+                    if not guessed:
+                        raise
+                    raw, guessed = self.client.get(name), False
+                    continue
+                outcome = change(current, self._clock.now())
+                if outcome.value is None:
+                    if guessed:
+                        fresh, guessed = self.client.get(name), False
+                        if fresh != raw:
+                            raw = fresh
+                            self._remember(name, CHANGED if fresh is not None else None)
+                            continue
+                    return RecordUpdated.of(current, outcome)
+                new = encode_record(outcome.value) if outcome.value else b""
+                read = b"1" if raw is not None else b"0"
+                reply = self.client.execute_command(  # type: ignore[no-untyped-call]
+                    "EVAL", SWAP, 1, name, read, raw or b"", new
+                )
+                if reply[0] == 1:
+                    self._remember(name, new or None)
+                    return RecordUpdated.of(current, outcome)
+                raw, guessed = (reply[1] if len(reply) > 1 else None), False
+                self._remember(name, CHANGED if raw is not None else None)
+
+    def _remember(self, name: str, last: bytes | object | None) -> None:
+        """What to compute the next change of ``name`` from: a value, ``None`` (missing) or
+        :data:`CHANGED` (read it first)."""
+        if len(self._written) >= REMEMBERED:
+            self._written.clear()
+        self._written[name] = last
