@@ -341,7 +341,6 @@ class Permits:
             if times:
                 for (request, cost), at in zip(booked, times, strict=True):
                     self._starts[request] = Booked(at, cost)
-            if times:
                 # no run fits before the record's next start time is within the horizon
                 self._booking_misses, retry_at = 0, max(retry_at, known - HORIZON)
             else:

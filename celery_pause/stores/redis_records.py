@@ -16,7 +16,6 @@ from contextlib import AbstractContextManager
 
 import redis
 
-from ..errors import StoreError
 from .base import ClockOffset, RecordUpdated, Store, decode_record, encode_record
 from .primitives import R, RecordChange
 
@@ -65,14 +64,8 @@ class SwappedRecords(Store):
             last = self._written.get(name)
             guessed = last is not CHANGED
             raw = last if guessed else self.client.get(name)
-            while True:
-                try:
-                    current = decode_record(key, raw)  # type: ignore[arg-type]
-                except StoreError:
-                    if not guessed:
-                        raise
-                    raw, guessed = self.client.get(name), False
-                    continue
+            while True:  # a value remembered is one this process encoded: it decodes
+                current = decode_record(key, raw)  # type: ignore[arg-type]
                 outcome = change(current, self._clock.now())
                 if outcome.value is None:
                     if guessed:

@@ -281,7 +281,7 @@ class StoreSync(threading.Thread):
         self._counts_pending = False
         self._counts_due = now + COUNTS_EVERY
         self._reported_running = bool(report.running)
-        self._next_heartbeat = time.monotonic() + self.config.worker_ttl / 3
+        self._next_heartbeat = now + self.config.worker_ttl / 3
 
     def _maybe_return_expired(self, snapshot: WorkerSnapshot) -> None:
         oldest = snapshot.gate.oldest
