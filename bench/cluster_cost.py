@@ -9,7 +9,9 @@ workers of ``support.proj`` (concurrency 2, the default ``pause_poll_interval`` 
 ``pause_worker_ttl``; the broker is the local Redis, so the store's counters see the
 workers' store traffic alone):
 
-- idle: nothing paused, commands per second per worker over ``--idle`` seconds;
+- idle: nothing paused, commands per second per worker over ``--idle`` seconds: first on a
+  store that never held a pause (its state key missing), and again after the limits below
+  were lifted (the state written);
 - a rate (``throttle(rate=10/s)`` on a backlog, ``--seconds``), a concurrency limit
   (``concurrency=3``, 120 tasks of 0.2 s) and a limit per tenant (``concurrency=1,
   per="tenant"``, 12 tenants of 10 tasks of 0.1 s): commands per start, everything the
@@ -87,10 +89,7 @@ def measure(
         settle(2.0)  # the workers' first reads and reports are behind them
 
         log(f"idle, {idle:g} s")
-        before, started = counted(servers), time.monotonic()
-        wait_for(lambda: time.monotonic() >= started + idle, timeout=idle + 5, what="idle")
-        quiet = counted(servers) - before
-        idle_rate = sent(quiet, on_cluster=on_cluster) / (time.monotonic() - started) / WORKERS
+        quiet, idle_rate = idle_cost(servers, idle, on_cluster=on_cluster)
 
         phases = {}
         log(f"throttle --rate 10/s, {seconds:g} s of backlog")
@@ -106,10 +105,29 @@ def measure(
             cluster, servers, 120, 0.1, on_cluster=on_cluster, concurrency=1, per="tenant",
             tenants=12,
         )  # fmt: skip
+        log(f"idle again (the state written once), {idle:g} s")
+        settle(2.0)  # the last starts' slots given back, the resumes read
+        quiet_after, after_rate = idle_cost(servers, idle, on_cluster=on_cluster)
         stop_all(workers)
     finally:
         cluster.close()
-    return {"idle_cmds_per_s_per_worker": round(idle_rate, 3), "idle": dict(quiet), **phases}
+    return {
+        "idle_cmds_per_s_per_worker": round(idle_rate, 3),
+        "idle": dict(quiet),
+        "idle_after_cmds_per_s_per_worker": round(after_rate, 3),
+        "idle_after": dict(quiet_after),
+        **phases,
+    }
+
+
+def idle_cost(
+    servers: list[redis.Redis], seconds: float, *, on_cluster: bool
+) -> tuple[Counter[str], float]:
+    """The commands of ``seconds`` of idle workers, and how many a second per worker."""
+    before, started = counted(servers), time.monotonic()
+    wait_for(lambda: time.monotonic() >= started + seconds, timeout=seconds + 5, what="idle")
+    quiet = counted(servers) - before
+    return quiet, sent(quiet, on_cluster=on_cluster) / (time.monotonic() - started) / WORKERS
 
 
 def limited(
@@ -162,12 +180,15 @@ def run(*, idle: float, seconds: float) -> dict[str, Any]:
 
 
 def table(raw: dict[str, Any]) -> str:
-    rows = [("store", "idle cmds/s/worker", "per start: rate", "concurrency", "per tenant")]
+    rows = [
+        ("store", "idle cmds/s/worker", "idle after", "per start: rate", "concurrency", "tenant")
+    ]
     for name, figures in raw["results"].items():
         rows.append(
             (
                 name,
                 f"{figures['idle_cmds_per_s_per_worker']:.3f}",
+                f"{figures['idle_after_cmds_per_s_per_worker']:.3f}",
                 *(f"{figures[p]['per_start']:.2f}" for p in ("rate", "concurrency", "per_tenant")),
             )
         )

@@ -12,6 +12,9 @@ worker`` processes (4, concurrency 2) of the test app ``support.proj``, then in 
   10 s window from 2 s in (its error against the limit) and the worst second;
 - ``throttle(concurrency=3)`` on tasks of 0.2 s: the most running at once (counted from each
   task's own start and end records) and the share of the limit used;
+- ``throttle(concurrency=1)`` on 40 tasks of 50 ms: from each task's end to the next one's
+  start (the slot passed on: to the worker's own next task as soon as its end is heard, or to
+  another worker when it asks);
 - unlimited tasks drained with nothing limited, beside the same drain while a limit holds a
   backlog of another task type in the same queue, and of another queue (three rounds of the
   three, alternating; the medians);
@@ -22,6 +25,7 @@ worker`` processes (4, concurrency 2) of the test app ``support.proj``, then in 
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import sys
@@ -29,7 +33,7 @@ import time
 from typing import Any
 
 import celery_pause
-from bench.stats import median
+from bench.stats import median, percentile
 from bench.world import World, conditions, log, settle
 from support.harness import wait_for
 from support.observe import most_at_once
@@ -78,6 +82,11 @@ def run(*, seconds: float, drain: int) -> dict[str, Any]:
         concurrency_commands = spent(world, commands)
         celery_pause.resume(world.app, hold=hold.id)
 
+        log("throttle --concurrency 1, 40 tasks of 50 ms: the slot's hand-off")
+        hold = celery_pause.throttle(world.app, concurrency=1, wait=True).hold
+        handoff = run_spans(world, main, 40, 0.05)
+        celery_pause.resume(world.app, hold=hold.id)
+
         log(f"unlimited drains of {drain} tasks: alone, beside a limited type, another queue")
         unlimited: dict[str, list[float]] = {"alone": [], "same_queue": [], "other_queue": []}
         for _ in range(ROUNDS):  # alternating, so that load from outside falls on all three
@@ -100,6 +109,7 @@ def run(*, seconds: float, drain: int) -> dict[str, Any]:
         },
         "starts": {"celery_rate_limit": celery_own, "throttle": throttled},
         "concurrency": {"limit": 3, "spans": spans},
+        "handoff": handoff,
         "unlimited_per_s": {
             "alone": median(unlimited["alone"]),
             "beside_limited_type_same_queue": median(unlimited["same_queue"]),
@@ -218,8 +228,15 @@ def analyse(raw: dict[str, Any]) -> dict[str, Any]:
     elapsed = max(e for _, e in spans) - min(s for s, _ in spans)
     unlimited = raw["unlimited_per_s"]
     commands = raw["store_commands"]
+    handoff = sorted(raw.get("handoff", []))
+    gaps = sorted(after[0] - before[1] for before, after in itertools.pairwise(handoff))
     return {
         **found,
+        "handoff_ms": {
+            "p50": round(1000 * percentile(gaps, 50), 1) if gaps else None,
+            "p90": round(1000 * percentile(gaps, 90), 1) if gaps else None,
+            "max": round(1000 * max(gaps), 1) if gaps else None,
+        },
         "concurrency": {
             "limit": limit_c,
             "most_at_once": most_at_once(spans),
@@ -253,6 +270,7 @@ def per_second(starts: list[float]) -> list[int]:
 def table(figures: dict[str, Any], raw: dict[str, Any]) -> str:
     limit = raw["settings"]["limit_per_s"]
     c, u, s = figures["concurrency"], figures["unlimited"], figures["store_commands_per_start"]
+    h = figures["handoff_ms"]
     rows = [
         ("", "Celery rate_limit", "throttle"),
         ("limit set", f"{limit:g}/s per worker", f"{limit:g}/s per cluster"),
@@ -276,6 +294,8 @@ def table(figures: dict[str, Any], raw: dict[str, Any]) -> str:
     lines += [
         "",
         f"concurrency {c['limit']}: most at once {c['most_at_once']}, used {c['used']:.0%}",
+        f"concurrency 1: from a task's end to the next start, ms: p50 {h['p50']}, p90 "
+        f"{h['p90']}, max {h['max']}",
         f"unlimited tasks/s: alone {u['alone']}, beside a limited type in the same queue "
         f"{u['beside_limited_type_same_queue']} ({u['ratio_same_queue']:.2f}), beside a limited "
         f"queue {u['beside_limited_queue']} ({u['ratio_other_queue']:.2f})",

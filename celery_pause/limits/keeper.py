@@ -118,7 +118,11 @@ class LimitKeeper:
         fresh = time.monotonic() - permits.renewed < self.ttl * 2 / 3
         reuse = fresh and not share and not permits.limit.adaptive
         kept, freed = permits.ended(_running, reuse=reuse)
-        self._give_back(permits, freed)
+        if freed and fresh and permits.concurrency == 1 and not permits.limit.adaptive:
+            # the record holds one slot at most, and this one is live: it holds this alone
+            self.store.delete_record(slots_key(permits.id))
+        else:
+            self._give_back(permits, freed)
         return kept
 
     def _earn(self, permits: Permits, held: Counter[str]) -> bool:

@@ -114,9 +114,17 @@ class Pacing:
         self._note_backlog()
 
     def all_permits(self) -> tuple[Permits, ...]:
-        """The permits of every ramp, limit and partition in force."""
-        members = [member for family in self.partitions for member in family.members()]
+        """The permits of every ramp and limit in force, and of the partitions in use."""
+        members = [member for family in self.partitions for member in family.active()]
         return (*self.permits, *members)
+
+    def ended(self, request: Request) -> None:
+        """``request``'s task ended: if it held a slot of a limit, the store thread is woken
+        to pass the slot on now."""
+        if not self.active:
+            return
+        if any(p.runs(request) for p in self.all_permits() if p.concurrency is not None):
+            self._on_wait()
 
     def take_retired(self) -> list[Permits]:
         """The permits whose slots and records to give up: of limits lifted, and of

@@ -7,12 +7,18 @@ outside the limit, as it is outside every scope of that label. A partition that 
 nothing and had nothing waiting for :data:`IDLE` seconds is forgotten; the store thread then
 deletes its records if no other worker uses them, so neither a worker nor the store keeps
 every value ever seen.
+
+The gate and the store thread look only at the partitions in use (:meth:`Partitions.active`:
+a request waits, or a slot or start time is held), not at every value seen within
+:data:`IDLE`: with thousands of one-task tenants a second, a look at every partition at every
+start made each start cost as much as all of them.
 """
 
 from __future__ import annotations
 
 import threading
 import time
+from collections import OrderedDict
 
 from ..model.limit import Limit
 from ..model.limit_keys import partition_id
@@ -34,7 +40,10 @@ class Partitions:
         self.scope = hold.scope
         self.limit: Limit = hold.limit
         self._label = f"{hold.limit.per}="
-        self._members: dict[str, Permits] = {}
+        self._members: OrderedDict[str, Permits] = OrderedDict()
+        """Every partition known, the one whose request came longest ago first."""
+        self._active: dict[str, Permits] = {}
+        """The partitions a request waited for since they were last found idle."""
         self._lock = threading.Lock()
 
     def of(self, target: Target) -> Permits | None:
@@ -49,11 +58,24 @@ class Partitions:
             member = self._members.get(value)
             if member is None:
                 member = Permits(
-                    id=partition_id(self.id, value), scope=self.scope, limit=self.limit, value=value
+                    id=partition_id(self.id, value),
+                    scope=self.scope,
+                    limit=self.limit,
+                    value=value,
+                    on_wait=lambda: self._in_use(value),
                 )
                 self._members[value] = member
+            else:
+                self._members.move_to_end(value)
             member.touched = time.monotonic()
         return member
+
+    def _in_use(self, value: str) -> None:
+        """A request of ``value`` waits: its partition is looked at until found idle."""
+        with self._lock:
+            member = self._members.get(value)
+            if member is not None:
+                self._active[value] = member
 
     def _value(self, target: Target) -> str | None:
         for label in target.label or ():
@@ -65,9 +87,27 @@ class Partitions:
         with self._lock:
             return list(self._members.values())
 
-    def prune(self, idle: float = IDLE) -> list[Permits]:
-        """Forget the partitions unused for ``idle`` seconds that hold nothing; those forgotten."""
-        cutoff = time.monotonic() - idle
+    def active(self) -> list[Permits]:
+        """The partitions in use: a request waited for each since it was last found idle,
+        and it was not idle now (one found idle is left out until a request waits again)."""
         with self._lock:
-            gone = [v for v, m in self._members.items() if m.touched < cutoff and m.idle()]
-            return [self._members.pop(value) for value in gone]
+            for value in [v for v, m in self._active.items() if m.idle()]:
+                del self._active[value]
+            return list(self._active.values())
+
+    def prune(self, idle: float = IDLE) -> list[Permits]:
+        """Forget the partitions unused for ``idle`` seconds that hold nothing; those
+        forgotten. Only the oldest are looked at: one in use counts as used now."""
+        now = time.monotonic()
+        gone = []
+        with self._lock:
+            while self._members:
+                value, member = next(iter(self._members.items()))
+                if member.touched >= now - idle:
+                    break
+                if value in self._active or not member.idle():
+                    member.touched = now
+                    self._members.move_to_end(value)
+                    continue
+                gone.append(self._members.pop(value))
+        return gone

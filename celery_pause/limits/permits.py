@@ -66,12 +66,15 @@ class Permits:
         scope: Scope,
         limit: Limit,
         value: str | None = None,
+        on_wait: Callable[[], None] = lambda: None,
     ) -> None:
         self.id = id
         self.scope = scope
         self.limit = limit
         self.value = value
         """The label value of a limit's partition (``throttle --per``), else ``None``."""
+        self._on_wait = on_wait
+        """Called once a request waits here (a partition is then in use)."""
         self.family = id.partition(":")[0] if value is not None else id
         """The limit's hold id: the partitions of a limit per label share the pool's room."""
         self.touched = time.monotonic()
@@ -142,6 +145,7 @@ class Permits:
     def wait(self, request: Request, cost: float = 1.0) -> None:
         """``request``, costing ``cost`` units of the rate, waits for this limit."""
         self._waiting.append((request, cost))
+        self._on_wait()
 
     def clear_waiting(self) -> None:
         """No request waits any more (the gate takes them all out, to wait again or start)."""
@@ -276,6 +280,11 @@ class Permits:
                 return 0
             room = min(self.waiting, self.concurrency, room - len(self._busy))
             return max(0, room - len(self._free))
+
+    def runs(self, request: Request) -> bool:
+        """Whether ``request`` started under a slot of this limit (and holds it still)."""
+        with self._lock:
+            return request in self._busy.values()
 
     def slots_held(self) -> int:
         with self._lock:

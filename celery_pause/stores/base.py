@@ -133,6 +133,16 @@ class Store(ABC):
         reports = self.worker_reports()
         return Snapshot(state, self.now()), reports
 
+    def read_with_record(self, key: str) -> tuple[Snapshot, Record | StoreError | None]:
+        """:meth:`read` and :meth:`read_record` of ``key`` together (what a worker polls); a
+        store may answer both in one round trip. A record that cannot be read is answered as
+        its error, so that the state is read all the same."""
+        snapshot = self.read()
+        try:
+            return snapshot, self.read_record(key)
+        except StoreError as exc:
+            return snapshot, exc
+
     def reports_of(self, hostnames: Collection[str]) -> list[WorkerReport]:
         """The recorded reports of ``hostnames`` (those it has): what a wait reads after its
         first poll, so that each poll costs what is still busy, not the whole cluster."""

@@ -307,6 +307,20 @@ class RedisStore(RedisNotifications, BaseRedisStore):
         self.legacy_key = f"{self.prefix}:records"
         self._migrated = False
 
+    def read_with_record(self, key: str) -> tuple[Snapshot, Record | StoreError | None]:
+        """The state and the record in one ``MGET``. ``MGET`` answers nothing for a key of
+        another type, so a state found missing is read again with ``GET``, which tells (a
+        record of another type reads as missing)."""
+        with self._failing():
+            self._migrate()
+            raw_state, raw = self.client.mget([self.state_key, self.record_key(key)])
+            state = PauseState.decode(raw_state) if raw_state else self._state(self.client)
+        try:
+            record: Record | StoreError | None = decode_record(key, raw)
+        except StoreError as exc:
+            record = exc
+        return Snapshot(state, self.now()), record
+
     def _migrate(self) -> None:
         """Once a process: move every record of the hash of earlier releases to its own key
         (unless a record is there already), then delete the hash, in one transaction that

@@ -5,7 +5,9 @@ The change itself is computed here, by the same pure function every store runs
 (:meth:`~celery_pause.stores.base.Store.update_record`); only the check and the write are on
 the server. A watched transaction took six commands (``WATCH``, ``GET``, ``TIME``, ``MULTI``,
 the write, ``EXEC``); this takes ``EVAL`` with its own ``GET`` and write, computed from the
-value this process last wrote (:class:`SwappedRecords`). The time is the store's, as
+value this process last wrote (:class:`SwappedRecords`). A change computed from a missing
+record creates it with ``SET NX`` alone, the same comparison in one command. The time is the
+store's, as
 :class:`~celery_pause.stores.base.ClockOffset` keeps it, as for the leases.
 """
 
@@ -44,9 +46,10 @@ class SwappedRecords(Store):
     Each process remembers the last value it wrote of a record and computes the next change
     from it, unread; a record it does not remember is guessed missing (as a limit's partition
     mostly is). A record mostly changed by one worker (its limit's slots, a tenant's
-    partition) then costs the script alone, three commands. One found changed by another
-    (the script answers what it holds) is read before its next change: four commands. A
-    guess that changes nothing is read to be sure."""
+    partition) then costs the script alone, three commands; one created where the guess was
+    right, one (``SET NX``). One found changed by another (the script answers what it holds)
+    is read before its next change: four commands. A guess that changes nothing is read to be
+    sure."""
 
     client: redis.Redis
     _clock: ClockOffset
@@ -76,6 +79,13 @@ class SwappedRecords(Store):
                             continue
                     return RecordUpdated.of(current, outcome)
                 new = encode_record(outcome.value) if outcome.value else b""
+                if raw is None and new:  # computed from a missing record: create it
+                    if self.client.set(name, new, nx=True):
+                        self._remember(name, new)
+                        return RecordUpdated.of(current, outcome)
+                    raw, guessed = self.client.get(name), False
+                    self._remember(name, CHANGED if raw is not None else None)
+                    continue
                 read = b"1" if raw is not None else b"0"
                 reply = self.client.execute_command(  # type: ignore[no-untyped-call]
                     "EVAL", SWAP, 1, name, read, raw or b"", new

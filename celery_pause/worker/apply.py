@@ -34,6 +34,7 @@ from ..settings import config_for
 from ..stores import Snapshot, store_for
 from .gate import Gate
 from .pools import (
+    EndNotice,
     PoolSupport,
     SlotCheck,
     StartCheck,
@@ -42,7 +43,7 @@ from .pools import (
     take_waiters,
 )
 from .snapshot import UNREAD, Applied, Delivered
-from .state import StoreClock, WorkerState
+from .state import StoreClock, WorkerState, listening
 from .sync import StoreSync
 from .unparking import parking_for
 
@@ -88,6 +89,7 @@ class ApplyStep(bootsteps.StartStopStep):
             labels=self.config.labels,
         )
         c.on_task_request = self.gate
+        EndNotice(c.pool, self.gate.pacing.ended)
         if self.pool.start_check:
             StartCheck(c.pool, self.gate)
         elif getattr(c.controller, "semaphore", None) is not None:
@@ -122,6 +124,7 @@ class ApplyStep(bootsteps.StartStopStep):
             state=self.state,
             renew=self.gate.renew,
             pace=lambda: self.limits.pace(pacing.all_permits(), pacing.take_retired()),
+            parking=self.unparking.noted,
         )
         c.pause_state = self.state
         c.pause_gate = self.gate
@@ -389,12 +392,3 @@ class ApplyStep(bootsteps.StartStopStep):
 def _throttles(applied: Applied | None) -> tuple[Hold, ...]:
     """The limits ``applied`` paces but ramps (a ramp is told as the resume it is)."""
     return tuple(hold for hold in applied.limits if not hold.ramp) if applied else ()
-
-
-def listening(c: Consumer) -> tuple[str, ...]:
-    """The queues ``c`` consumes now (read off the loop: a change meanwhile reads as none)."""
-    consumer = c.task_consumer
-    try:
-        return tuple(q.name for q in consumer.queues) if consumer is not None else ()
-    except RuntimeError:  # the loop changed them while this read
-        return ()

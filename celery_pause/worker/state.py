@@ -14,6 +14,7 @@ import time
 from collections.abc import Callable, Iterable
 
 from celery.worker import state as worker_state
+from celery.worker.consumer import Consumer
 
 from ..model.scope import NOTHING, Scope
 from ..model.state import Hold, PauseState
@@ -252,3 +253,12 @@ class WorkerState:
             reserved=len(worker_state.reserved_requests),
             lease=self.lease,
         )
+
+
+def listening(c: Consumer) -> tuple[str, ...]:
+    """The queues ``c`` consumes now (read off the loop: a change meanwhile reads as none)."""
+    consumer = c.task_consumer
+    try:
+        return tuple(q.name for q in consumer.queues) if consumer is not None else ()
+    except RuntimeError:  # the loop changed them while this read
+        return ()

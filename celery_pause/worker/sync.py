@@ -1,6 +1,7 @@
 """The worker's link to the store: a background thread that reads and reports.
 
-Store I/O never runs on the consumer's event loop. The thread reads the state
+Store I/O never runs on the consumer's event loop. The thread reads the state (with the
+parking record, for the thread that brings parked tasks back)
 every ``pause_poll_interval`` seconds (or at once when told by the
 ``pause_refresh`` broadcast or by the store's notifications, :meth:`StoreSync.listen`)
 and again exactly when a hold starts or ends (a
@@ -30,9 +31,11 @@ from typing import Any, Protocol
 
 from ..errors import StoreError
 from ..logs import ThrottledLog
+from ..model.parking import REGISTRY
 from ..model.windows import with_windows
 from ..settings import PauseConfig
 from ..stores import Snapshot, Store
+from ..stores.primitives import Record
 from .recall import Recall
 from .snapshot import WorkerSnapshot
 
@@ -79,6 +82,7 @@ class StoreSync(threading.Thread):
         state: Pictured,
         renew: Callable[[float], None],
         pace: Callable[[], float | None],
+        parking: Callable[[Record | StoreError | None, float], None] = lambda record, at: None,
     ) -> None:
         """A store thread for ``worker``, not started yet.
 
@@ -92,6 +96,10 @@ class StoreSync(threading.Thread):
             pace: The limits' store work: earns the permits the waiting requests need and
                 has what they allow started; seconds until it is worth calling again
                 (``None``: when something changes).
+            parking: Handed the parking record (:data:`~celery_pause.model.parking.REGISTRY`)
+                read with each state, in the same round trip where the store can (its
+                error if it cannot be read: the state read works all the same), and the
+                ``time.monotonic()`` the read started.
         """
         super().__init__(name="celery-pause-sync", daemon=True)
         self.store = store
@@ -100,6 +108,7 @@ class StoreSync(threading.Thread):
         self.state = state
         self._renew_gate = renew
         self._pace = pace
+        self._parking = parking
         self._wake = threading.Event()
         self._stopping = threading.Event()
         self._read_requested = True
@@ -205,10 +214,12 @@ class StoreSync(threading.Thread):
 
     def _fetch(self) -> Snapshot:
         """Read the state (written back first if the store forgot it), with the windows in
-        force, and renew the lease from the start of the read."""
+        force, and the parking record; renew the lease from the start of the read."""
         started = time.monotonic()
-        snapshot = self._in_force(self.recall.check(self.store.read()))
+        read, parking = self.store.read_with_record(REGISTRY)
+        snapshot = self._in_force(self.recall.check(read))
         self._renew(started)
+        self._parking(parking, started)
         return snapshot
 
     def _read(self) -> None:

@@ -1,7 +1,9 @@
 """Bringing parked messages back once their hold is lifted (a thread per worker).
 
-Every few seconds, and when woken by a change of the state, the thread reads the store's
-parking record (:data:`~celery_pause.model.parking.REGISTRY`); for each hold there that is no
+Every few seconds, and when woken by a change of the state, the thread looks at the store's
+parking record (:data:`~celery_pause.model.parking.REGISTRY`), as the store thread last read
+it with the state (:meth:`Unparking.noted`; read here if that read is older than two poll
+intervals, or began before this thread last changed the record); for each hold there that is no
 longer in force it takes the hold's lease (one worker moves a queue, so the order holds)
 and moves the queue's messages, oldest first, back to the exchange and routing key each
 came from: publish (confirmed on AMQP), then acknowledge the parked copy. A queue found
@@ -93,6 +95,11 @@ class Unparking(threading.Thread):
         """The limits the store's record names turns queues of (as last read)."""
         self._turns_due = 0.0
         self._next_sweep = time.monotonic() + SWEEP_EVERY
+        self._registry: tuple[float, Record | None] | None = None
+        """The parking record as the store thread read it with the state, and when that read
+        began (``time.monotonic()``)."""
+        self._changed = float("-inf")
+        """``time.monotonic()`` this thread last changed the parking record."""
         self._wake = threading.Event()
         self._stopped = threading.Event()
         self.feeding = Feeding(
@@ -106,6 +113,16 @@ class Unparking(threading.Thread):
             report_ttl=report_ttl,
         )
         """The thread that feeds limits' parked tasks back in turns (started with this)."""
+
+    def noted(self, record: Record | StoreError | None, started: float) -> None:
+        """The store thread read the parking record (with the state) in a read that began at
+        ``started`` (``time.monotonic()``): use it until the next (one it could not read is
+        read here again at the next look, which says why)."""
+        if isinstance(record, StoreError):
+            self._registry = None
+            return
+        self._registry = (started, record)
+        self._note(record)
 
     def wake(self) -> None:
         """Look again now (the state changed)."""
@@ -139,9 +156,7 @@ class Unparking(threading.Thread):
         The lifted holds are those the store's records name, and those this worker saw in
         force (which finds the queues of a store that lost its records).
         """
-        record = self.store.read_record(REGISTRY)
-        self._note(record)
-        named = parking_queues(record)
+        named = parking_queues(self._registry_now())
         holds = tuple(self._holds())
         fair = self.store.read_record(FAIR_REGISTRY) if self._reads_turns(holds) else None
         self._turns = frozenset(fair_holds(fair))  # not read: the last read named none
@@ -168,6 +183,17 @@ class Unparking(threading.Thread):
             finally:
                 self.store.release_lease(lease, self.hostname)
         return moved
+
+    def _registry_now(self) -> Record | None:
+        """The parking record as the store thread last read it, or read now if that read is
+        older than two poll intervals (the store thread failed or is late) or began before
+        this thread last changed the record (it would name a queue deleted since)."""
+        read, now = self._registry, time.monotonic()
+        if read is not None and read[0] > self._changed and now - read[0] < 2 * self.interval:
+            return read[1]
+        record = self.store.read_record(REGISTRY)
+        self.noted(record, now)
+        return record
 
     def _reads_turns(self, holds: tuple[Hold, ...]) -> bool:
         """Whether to read the record of turns queues now: while a fair limit is in force or
@@ -204,9 +230,9 @@ class Unparking(threading.Thread):
         return moved
 
     def start(self) -> None:
-        """Read the store's record once (before the worker consumes), then follow it."""
+        """Have the store's record read once (before the worker consumes), then follow it."""
         try:
-            self._note(self.store.read_record(REGISTRY))
+            self._registry_now()
         except (StoreError, InvalidInput) as exc:  # unknown: redelivered messages still claim
             logger.warning("celery-pause: cannot read the parking queues yet: %s", exc)
         super().start()
@@ -282,6 +308,7 @@ class Unparking(threading.Thread):
     def _retire(self, hold: str, queue: str, now: float) -> None:
         """Delete ``queue`` and its record once it is empty and its hold was lifted long ago."""
         since = self.store.update_record(REGISTRY, lifted(hold, queue)).result
+        self._changed = time.monotonic()
         if now - since < GRACE:
             return
         with copy_connection(self.app) as conn:
@@ -289,6 +316,7 @@ class Unparking(threading.Thread):
                 return
             parked_queue(queue)(conn.channel()).delete(if_empty=True)  # type: ignore[no-untyped-call]
         self.store.update_record(REGISTRY, forgotten(hold))
+        self._changed = time.monotonic()
         logger.info("celery-pause: parking queue %s deleted: its hold was lifted", queue)
 
 

@@ -10,6 +10,8 @@ import redis
 
 from celery_pause.errors import InvalidInput, StoreError
 from celery_pause.model.outcome import Outcome
+from celery_pause.model.scope import EVERYTHING
+from celery_pause.model.state import UNREADABLE, Hold, PauseState
 from celery_pause.stores.base import Store
 from celery_pause.stores.file import FileStore
 from celery_pause.stores.memory import MemoryStore
@@ -42,6 +44,10 @@ def increment(store: Store, key: str) -> None:
 
 def increment_once(record: dict[str, Any] | None, now: float) -> Outcome[dict[str, Any], None]:
     return Outcome({"n": (record or {"n": 0})["n"] + 1}, None)
+
+
+def pause_everything(state: PauseState, now: float) -> Outcome[PauseState, None]:
+    return Outcome(state.with_holds([*state.holds, Hold(scope=EVERYTHING, paused_at=now)]), None)
 
 
 def take_lease(store: Store, key: str) -> bool:
@@ -183,6 +189,45 @@ def test_a_record_changed_or_deleted_by_another_process_is_changed_from_what_it_
     assert seen.result == {"n": 1}
     for opened in (mine, theirs, third):
         opened.close()
+
+
+def test_the_state_and_a_record_read_together_are_each_as_read_alone(store: Store) -> None:
+    # Given a pause in the state and no record
+    store.update(pause_everything)
+    alone = store.read().state
+
+    # Then the state read with the missing record is the pause, the record none
+    snapshot, record = store.read_with_record("parking:queues")
+    assert snapshot.state == alone and snapshot.state.holds and record is None
+    assert snapshot.now == pytest.approx(store.now(), abs=5)
+
+    # When the record is written, Then it is read with the state
+    store.update_record("parking:queues", increment_once)
+    assert store.read_with_record("parking:queues")[1] == {"n": 1}
+
+    # When the record is unreadable, Then the state is read all the same, and the record's
+    # error is answered in its place (as the record's read alone raises it)
+    write_raw(store, "record", "parking:queues", b"{not json")
+    snapshot, record = store.read_with_record("parking:queues")
+    assert snapshot.state == alone
+    assert isinstance(record, StoreError) and "parking:queues" in str(record)
+    with pytest.raises(StoreError, match="parking:queues"):
+        store.read_record("parking:queues")
+
+
+def test_a_state_key_of_another_type_reads_unreadable_with_a_record_too() -> None:
+    require("Redis", "127.0.0.1", 6379)
+    with private("redis", REDIS_STORE, f"typed-{uuid.uuid4().hex[:8]}") as spec:
+        store = make_store(*spec)
+        assert isinstance(store, RedisStore)
+        # Given a Redis store whose state key someone made a list
+        store.client.lpush(store.state_key, b"oops")
+
+        # Then the state read with a record is the unreadable hold on everything, as alone
+        snapshot, record = store.read_with_record("parking:queues")
+        assert record is None and snapshot.state == store.read().state
+        [hold] = snapshot.state.holds
+        assert hold.source == UNREADABLE and hold.scope == EVERYTHING
 
 
 @pytest.mark.parametrize("raw", [b"{not json", b"[1, 2]"])

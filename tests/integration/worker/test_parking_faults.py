@@ -12,6 +12,7 @@ import pytest
 
 import celery_pause
 from celery_pause.api.depths import queue_depths
+from celery_pause.api.document import overview
 from celery_pause.model.parking import parking_queue
 from celery_pause.settings import config_for
 from celery_pause.stores import store_for
@@ -242,6 +243,21 @@ def test_a_worker_killed_while_it_feeds_fair_turns_loses_nothing_and_runs_nothin
     assert sorted(record["id"] for record in cluster.records()) == sorted(ids)
 
 
+def feeding_turns(cluster: Cluster) -> tuple[Worker, list[str]]:
+    """A worker feeding fair turns by tenant, once 50 of 300 tasks of A and 100 of B ran: the
+    worker and the task ids."""
+    worker = cluster.worker("w1", concurrency=2)
+    worker.wait_applied()
+    celery_pause.throttle(cluster.app, fair="tenant", wait=True, timeout=20)
+    ids = [
+        cluster.send(f"{t}{i:04}", 0.02, kwargs={"tenant_id": t})
+        for t, n in (("A", 300), ("B", 100))
+        for i in range(n)
+    ]
+    cluster.wait_records(50, timeout=60)
+    return worker, ids
+
+
 def test_tasks_waiting_for_fair_turns_outlive_a_rabbitmq_restart_under_the_feeder(
     tmp_path: Path,
 ) -> None:
@@ -250,17 +266,9 @@ def test_tasks_waiting_for_fair_turns_outlive_a_rabbitmq_restart_under_the_feede
     require("RabbitMQ", "127.0.0.1", 5672)
     cluster = Cluster(broker=AMQP_BROKER, tmp=tmp_path, **SETTINGS)
     try:
-        worker = cluster.worker("w1", concurrency=2)
-        worker.wait_applied()
-        celery_pause.throttle(cluster.app, fair="tenant", wait=True, timeout=20)
-        ids = [
-            cluster.send(f"{t}{i:04}", 0.02, kwargs={"tenant_id": t})
-            for t, n in (("A", 300), ("B", 100))
-            for i in range(n)
-        ]
+        worker, ids = feeding_turns(cluster)
 
         # When RabbitMQ restarts while the worker feeds them
-        cluster.wait_records(50, timeout=60)
         cut = time.time()
         restart_rabbitmq()
         back = time.time()
@@ -279,3 +287,29 @@ def test_tasks_waiting_for_fair_turns_outlive_a_rabbitmq_restart_under_the_feede
         assert all(cut <= started <= back for started in twice.values()), (cut, back, twice)
     finally:
         cluster.close()
+
+
+def test_tasks_waiting_for_fair_turns_outlive_a_redis_restart(tmp_path: Path) -> None:
+    # Given a Redis broker that writes every change to disk (AOF), a worker feeding fair turns
+    # by tenant on it, and 300 tasks of A and 100 of B waiting for their turns
+    durable = ("--appendonly", "yes", "--appendfsync", "always", "--dir", str(tmp_path))
+    with RedisServer(args=durable) as broker:
+        cluster = Cluster(broker=broker.url(), tmp=tmp_path, **SETTINGS)
+        try:
+            worker, ids = feeding_turns(cluster)
+
+            # When the worker stops while it feeds them, the broker restarts, and a worker
+            # starts again (as its supervisor would start it: see the parking test above)
+            worker.stop()
+            waiting = overview(cluster.app).to_json()["totals"]["turns"]
+            broker.restart()
+            assert overview(cluster.app).to_json()["totals"]["turns"] == waiting > 0
+            worker = cluster.worker("w2", concurrency=2)
+            worker.wait_applied()
+
+            # Then the new worker feeds the rest, and every task ran exactly once
+            cluster.wait_records(len(ids), timeout=180)
+            wait_for(lambda: worker.wait_applied().reserved == 0, timeout=60, what="idle")
+            assert sorted(record["id"] for record in cluster.records()) == sorted(ids)
+        finally:
+            cluster.close()

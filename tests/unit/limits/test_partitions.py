@@ -51,3 +51,22 @@ def test_only_idle_partitions_unused_long_enough_are_forgotten() -> None:
     assert forgotten == [acme] and partitions.members() == [beta]
     again = partitions.of(target("proj.imports.csv", "tenant=acme"))
     assert again is not None and again is not acme and again.id == acme.id
+
+
+def test_only_partitions_in_use_are_looked_at() -> None:
+    # Given two partitions seen, a request of one waiting
+    partitions = Partitions(HOLD)
+    acme = partitions.of(target("proj.imports.csv", "tenant=acme"))
+    beta = partitions.of(target("proj.imports.csv", "tenant=beta"))
+    assert acme is not None and beta is not None
+    assert partitions.active() == []
+    beta.wait(cast(Request, object()))
+
+    # Then only that one is in use, until nothing waits for it
+    assert partitions.active() == [beta]
+    beta.clear_waiting()
+    assert partitions.active() == []
+
+    # When a request waits again, Then it is in use again
+    beta.wait(cast(Request, object()))
+    assert partitions.active() == [beta] and len(partitions.members()) == 2

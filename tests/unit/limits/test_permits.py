@@ -158,3 +158,20 @@ def test_once_a_ramp_is_over_every_waiting_task_starts() -> None:
     for _ in range(3):
         assert permits.ready(T + 0.1, first(permits))
         spend_first(permits)
+
+
+def test_a_request_holds_its_slot_from_its_start_until_its_end_is_seen() -> None:
+    # Given a concurrency limit with a slot taken, and two requests waiting for it
+    permits = Permits.of_hold(Hold(id="c1", scope=EVERYTHING, limit=Limit(concurrency=1)))
+    first_request, second_request = (request for request, _ in waiting(permits, 2))
+    permits.add_slots(["w1/a"])
+    assert not permits.runs(first_request)
+
+    # When the first starts, Then it holds the slot, the other does not
+    assert permits.ready(T, first_request)
+    permits.spend(first_request)
+    assert permits.runs(first_request) and not permits.runs(second_request)
+
+    # When its end is seen, Then it holds it no more
+    permits.ended(lambda request: False, reuse=True)
+    assert not permits.runs(first_request)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 import uuid
 from typing import Any
 
@@ -242,12 +243,22 @@ def test_a_redelivered_message_claims_only_while_parking_is_recent() -> None:
     assert park.claims(delivered({PARKED_HEADER: marker("c1")}))
     assert len(store.record_keys("lease:")) == 1
 
-    # When a queue is named (something was parked), Then redelivered messages claim too
+    # When a queue is named (something was parked) and the store thread reads the record
+    # with the state, Then redelivered messages claim too
     store.update_record(REGISTRY, named("h1", "q1"))
     unparking.tick()
+    assert not park.recent  # the tick took the store thread's read, a second old at most
+    unparking.noted(store.read_with_record(REGISTRY)[1], time.monotonic())
     assert park.recent
     assert park.claims(delivered(redelivered=True))
     assert len(store.record_keys("lease:")) == 2
+
+    # When no read of the store thread is recent (it failed, or is late), Then the tick reads
+    # the record itself
+    late = parking(store)
+    late.recent = False
+    Unparking(app, store, hostname="w2", interval=0.0, parking=late, prefix="p", holds=tuple).tick()
+    assert late.recent
 
 
 def test_an_owned_copy_starts_without_asking_unless_it_is_delivered_again() -> None:

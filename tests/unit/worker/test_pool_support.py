@@ -16,6 +16,7 @@ from celery_pause.errors import ConfigurationError
 from celery_pause.model.state import Scope
 from celery_pause.worker.gate import Gate
 from celery_pause.worker.pools import (
+    EndNotice,
     StartCheck,
     missing_internals,
     pool_name,
@@ -255,3 +256,42 @@ def test_a_release_off_the_loop_leaves_requests_the_worker_dropped_meanwhile(
 
     # Then only the other goes on: the broker delivers the dropped one again
     assert released == 1 and passed == ["kept"] and gate.held_requests() == []
+
+
+class Ending(FakeRequest):
+    """A request whose result callbacks record what they were given, or raise."""
+
+    def __init__(self, calls: list[str]) -> None:
+        super().__init__("t1", "celery")
+        self.calls = calls
+
+    def on_success(self, ret: Any, **kwargs: Any) -> None:
+        self.calls.append(f"done {ret}")
+
+    def on_failure(self, ret: Any, **kwargs: Any) -> None:
+        raise ValueError(ret)
+
+
+def test_a_task_end_is_told_after_celerys_own_callback_even_if_that_raises() -> None:
+    # Given Celery's solo pool, its apply_async wrapped to tell of each request's end
+    from celery.concurrency.solo import TaskPool
+
+    pool = TaskPool()
+    pool.start()
+    calls: list[str] = []
+    EndNotice(pool, lambda request: calls.append(f"ended {request.id}"))
+    request = Ending(calls)
+
+    # When a task runs and the request's success callback runs (Celery's: the request leaves
+    # the reserved ones), Then its end is told after it
+    pool.apply_async(lambda: 5, (), {}, callback=request.on_success)
+    assert calls == ["done 5", "ended t1"]
+
+    # When the callback raises, Then the end is told all the same, and the error goes on
+    with pytest.raises(ValueError):
+        pool.apply_async(lambda: 6, (), {}, callback=request.on_failure)
+    assert calls == ["done 5", "ended t1", "ended t1"]
+
+    # When a callback is not a request's, Then it runs as it was, and no end is told
+    pool.apply_async(lambda: 7, (), {}, callback=lambda ret: calls.append(f"other {ret}"))
+    assert calls == ["done 5", "ended t1", "ended t1", "other 7"]
