@@ -89,7 +89,7 @@ class ApplyStep(bootsteps.StartStopStep):
             labels=self.config.labels,
         )
         c.on_task_request = self.gate
-        EndNotice(c.pool, self.gate.pacing.ended)
+        EndNotice(c.pool, self.gate.pacing.ended, lambda: self.gate.pacing.active)
         if self.pool.start_check:
             StartCheck(c.pool, self.gate)
         elif getattr(c.controller, "semaphore", None) is not None:

@@ -345,17 +345,23 @@ class Start:
 
 
 class EndNotice:
-    """Wraps the pool's ``apply_async`` so that a task's end is heard at once: its result
-    callbacks (success or failure, on the consumer loop for prefork) call ``on_end`` with the
-    request after Celery's own, which drop it from the reserved ones. Without it, the store
-    thread sees an end at its next look (every 10 ms while slots are in use)."""
+    """Wraps the pool's ``apply_async`` so that a task's end is heard at once: the result
+    callbacks (success or failure, on the consumer loop for prefork) of a task started while
+    ``wanted()`` (a limit is in force) call ``on_end`` with the request after Celery's own,
+    which drop it from the reserved ones. Without it, the store thread sees an end at its next
+    look (every 10 ms while slots are in use)."""
 
-    def __init__(self, pool: Any, on_end: Callable[[Request], None]) -> None:
+    def __init__(
+        self, pool: Any, on_end: Callable[[Request], None], wanted: Callable[[], bool]
+    ) -> None:
         self._apply_async = pool.apply_async
         self._on_end = on_end
+        self._wanted = wanted
         pool.apply_async = self.apply_async
 
     def apply_async(self, target: Any, args: Any = None, kwargs: Any = None, **options: Any) -> Any:
+        if not self._wanted():
+            return self._apply_async(target, args, kwargs, **options)
         for name in ("callback", "error_callback"):
             done = options.get(name)
             request = getattr(done, "__self__", None)  # Celery's: the request's own methods

@@ -279,7 +279,8 @@ def test_a_task_end_is_told_after_celerys_own_callback_even_if_that_raises() -> 
     pool = TaskPool()
     pool.start()
     calls: list[str] = []
-    EndNotice(pool, lambda request: calls.append(f"ended {request.id}"))
+    limited = [True]
+    EndNotice(pool, lambda request: calls.append(f"ended {request.id}"), lambda: limited[0])
     request = Ending(calls)
 
     # When a task runs and the request's success callback runs (Celery's: the request leaves
@@ -295,3 +296,8 @@ def test_a_task_end_is_told_after_celerys_own_callback_even_if_that_raises() -> 
     # When a callback is not a request's, Then it runs as it was, and no end is told
     pool.apply_async(lambda: 7, (), {}, callback=lambda ret: calls.append(f"other {ret}"))
     assert calls == ["done 5", "ended t1", "ended t1", "other 7"]
+
+    # When no limit is in force as a task starts, Then its end is not told
+    limited[0] = False
+    pool.apply_async(lambda: 8, (), {}, callback=request.on_success)
+    assert calls == ["done 5", "ended t1", "ended t1", "other 7", "done 8"]
