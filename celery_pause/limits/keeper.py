@@ -115,15 +115,15 @@ class LimitKeeper:
         # A slot not renewed for a while may have expired in the store (and been taken
         # by another worker): it is not used again before a renewal confirms it.
         # Nor is one of an adaptive limit: the level may have been cut since it was taken.
-        fresh = time.monotonic() - permits.renewed < self.ttl * 2 / 3
-        reuse = fresh and not share and not permits.limit.adaptive
+        reuse = self._fresh(permits) and not share and not permits.limit.adaptive
         kept, freed = permits.ended(_running, reuse=reuse)
-        if freed and fresh and permits.concurrency == 1 and not permits.limit.adaptive:
-            # the record holds one slot at most, and this one is live: it holds this alone
-            self.store.delete_record(slots_key(permits.id))
-        else:
-            self._give_back(permits, freed)
+        self._give_back(permits, freed)
         return kept
+
+    def _fresh(self, permits: Permits) -> bool:
+        """Whether the slots of ``permits`` were renewed recently enough to be live in the
+        store (not expired there, and so not taken by another worker)."""
+        return time.monotonic() - permits.renewed < self.ttl * 2 / 3
 
     def _earn(self, permits: Permits, held: Counter[str]) -> bool:
         """Take the slots and book the start times one limit's waiting requests need, and
@@ -217,11 +217,15 @@ class LimitKeeper:
             self.store.update_record(adapt_key(permits.id), forget_level)
 
     def _give_back(self, permits: Permits, slots: list[str]) -> None:
-        if slots:
-            self.store.update_record(
-                slots_key(permits.id),
-                lambda record, now: give_back(record, now, ids=slots),
-            )
+        if not slots:
+            return
+        if permits.concurrency == 1 and not permits.limit.adaptive and self._fresh(permits):
+            # the record holds one slot at most, and this one is live: it holds this alone
+            self.store.delete_record(slots_key(permits.id))
+            return
+        self.store.update_record(
+            slots_key(permits.id), lambda record, now: give_back(record, now, ids=slots)
+        )
 
 
 def _running(request: Request) -> bool:

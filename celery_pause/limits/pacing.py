@@ -121,8 +121,6 @@ class Pacing:
     def ended(self, request: Request) -> None:
         """``request``'s task ended: if it held a slot of a limit, the store thread is woken
         to pass the slot on now."""
-        if not self.active:
-            return
         if any(p.runs(request) for p in self.all_permits() if p.concurrency is not None):
             self._on_wait()
 

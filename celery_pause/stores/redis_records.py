@@ -7,8 +7,7 @@ the server. A watched transaction took six commands (``WATCH``, ``GET``, ``TIME`
 the write, ``EXEC``); this takes ``EVAL`` with its own ``GET`` and write, computed from the
 value this process last wrote (:class:`SwappedRecords`). A change computed from a missing
 record creates it with ``SET NX`` alone, the same comparison in one command. The time is the
-store's, as
-:class:`~celery_pause.stores.base.ClockOffset` keeps it, as for the leases.
+store's, as :class:`~celery_pause.stores.base.ClockOffset` keeps it, as for the leases.
 """
 
 from __future__ import annotations
