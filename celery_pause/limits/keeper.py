@@ -24,9 +24,9 @@ from celery.worker.request import Request
 from ..errors import StoreError
 from ..logs import ThrottledLog
 from ..model.adaptive import adapt_key, at_level, cut_of, forget_level, level_of
-from ..model.limit import KEPT_KEY, forget_rate, kept_since, reserve
+from ..model.limit import KEPT_KEY, Record, forget_rate, kept_since, reserve
 from ..model.limit_keys import rate_key, slots_key, tagged
-from ..model.slots import give_back, renew_slots, take_slots
+from ..model.slots import give_back, live_slots, renew_slots, take_slots
 from ..stores import Store
 from .permits import Permits
 
@@ -89,6 +89,7 @@ class LimitKeeper:
             for p in permits:
                 earned = self._finish(p, share=p.family in short) or earned
                 held[p.family] += p.slots_held()
+            self._look_again(permits, held)
             for p in sorted(permits, key=lambda p: p.granted):
                 earned = self._earn(p, held) or earned
         except StoreError as exc:
@@ -125,28 +126,39 @@ class LimitKeeper:
         store (not expired there, and so not taken by another worker)."""
         return time.monotonic() - permits.renewed < self.ttl * 2 / 3
 
+    def _look_again(self, permits: Iterable[Permits], held: Counter[str]) -> None:
+        """The limits about to ask again for a slot after an ask that got none: their slots
+        records, all read in one round trip. One still full counts as refused again without
+        a write, so that asking while other workers hold the slots costs a share of a read
+        (they ask at the same times: :meth:`Permits.add_slots`), not a write and a read."""
+        again = [
+            p
+            for p in permits
+            if p.refused and not p.limit.adaptive and p.slots_wanted(self._room(p, held))
+        ]
+        if not again:
+            return
+        records = self.store.read_each([slots_key(p.id) for p in again])
+        now = self.clock()
+        for p in again:
+            if _full(records[slots_key(p.id)], now, p.concurrency or 0):
+                p.add_slots([])
+
     def _earn(self, permits: Permits, held: Counter[str]) -> bool:
         """Take the slots and book the start times one limit's waiting requests need, and
         renew its slots when due; whether it earned a permit. ``held``: the slots this worker
         holds of each limit (its partitions together), kept up to date."""
         earned = False
-        others = held[permits.family] - permits.slots_held()
+        room = self._room(permits, held)
         if permits.limit.adaptive and (
-            permits.slots_wanted(self.pool_size - others)
+            permits.slots_wanted(room)
             or permits.starts_wanted(self.clock())
             or time.monotonic() - permits.adapted >= ADAPT_READ
         ):
             self._adapt(permits)  # about to ask the store: at the level it has now
-        slots = permits.slots_wanted(self.pool_size - others)
+        slots = permits.slots_wanted(room)
         if slots:
-            ids = [f"{self.hostname}/{uuid.uuid4().hex[:10]}" for _ in range(slots)]
-            limit = permits.concurrency or 0
-            taken = self.store.update_record(
-                slots_key(permits.id),
-                lambda record, now: tagged(
-                    take_slots(record, now, limit=limit, ids=ids, ttl=self.ttl), permits.value
-                ),
-            ).result
+            taken = self._take(permits, slots)
             permits.add_slots(taken)
             held[permits.family] += len(taken)
             # a partition refused waits for its own limit now: the gate widens the window
@@ -159,6 +171,22 @@ class LimitKeeper:
         if time.monotonic() - permits.renewed >= self.ttl / 3:
             self._renew(permits)
         return earned
+
+    def _room(self, permits: Permits, held: Counter[str]) -> int:
+        """The pool's room for the slots of ``permits``: what the slots this worker holds of
+        the other partitions of its limit leave."""
+        return self.pool_size - (held[permits.family] - permits.slots_held())
+
+    def _take(self, permits: Permits, slots: int) -> list[str]:
+        """Take up to ``slots`` slots of the concurrency of ``permits``; the ids taken."""
+        ids = [f"{self.hostname}/{uuid.uuid4().hex[:10]}" for _ in range(slots)]
+        limit = permits.concurrency or 0
+        return self.store.update_record(
+            slots_key(permits.id),
+            lambda record, now: tagged(
+                take_slots(record, now, limit=limit, ids=ids, ttl=self.ttl), permits.value
+            ),
+        ).result
 
     def _adapt(self, permits: Permits) -> None:
         """Read an adaptive limit's level and last cut."""
@@ -226,6 +254,17 @@ class LimitKeeper:
         self.store.update_record(
             slots_key(permits.id), lambda record, now: give_back(record, now, ids=slots)
         )
+
+
+def _full(record: Record | StoreError | None, now: float, limit: int) -> bool:
+    """Whether a slots record as read holds ``limit`` live slots at ``now`` (one missing
+    or unreadable is not: the ask itself tells)."""
+    if not isinstance(record, dict):
+        return False
+    try:
+        return len(live_slots(record, now)) >= limit
+    except (TypeError, ValueError):
+        return False
 
 
 def _running(request: Request) -> bool:

@@ -38,6 +38,8 @@ SLOT_CHECK = (0.05, 0.1)
 from the first, doubled at each ask that got none, up to the second."""
 SLOT_CHECK_HOLDING = 0.5
 """The most seconds between two such asks while this worker holds slots of the limit."""
+_ASK_PHASE = random.uniform(0.0, SLOT_CHECK[1])
+"""Where this process's grid of asks for slots lies (:meth:`Permits.add_slots`)."""
 
 
 @dataclass(slots=True)
@@ -286,6 +288,12 @@ class Permits:
         with self._lock:
             return request in self._busy.values()
 
+    @property
+    def refused(self) -> bool:
+        """Whether the last ask for a slot got none (other workers held them all)."""
+        with self._lock:
+            return self._slot_misses > 0
+
     def slots_held(self) -> int:
         with self._lock:
             return self.slots_in_hand()
@@ -319,7 +327,14 @@ class Permits:
             first, most = SLOT_CHECK
             if self.slots_in_hand():
                 most = SLOT_CHECK_HOLDING  # its own ended tasks' slots serve its requests
-            self._next_slot_ask = time.monotonic() + min(first * 2**self._slot_misses, most)
+            after = time.monotonic() + min(first * 2**self._slot_misses, most)
+            if self._slot_misses:
+                # refused: at the nearest point of this process's grid of the longest
+                # interval, so its limits refused ask again together (one read), other
+                # workers' at other times
+                grid = SLOT_CHECK[1]
+                after = round((after - _ASK_PHASE) / grid) * grid + _ASK_PHASE
+            self._next_slot_ask = after
 
     def starts_wanted(self, now: float) -> list[tuple[Request, float]]:
         """The waiting requests that have no start time yet, and what each costs, of those

@@ -7,7 +7,7 @@ import math
 import re
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic
 
@@ -138,10 +138,7 @@ class Store(ABC):
         store may answer both in one round trip. A record that cannot be read is answered as
         its error, so that the state is read all the same."""
         snapshot = self.read()
-        try:
-            return snapshot, self.read_record(key)
-        except StoreError as exc:
-            return snapshot, exc
+        return snapshot, self.read_each([key])[key]
 
     def reports_of(self, hostnames: Collection[str]) -> list[WorkerReport]:
         """The recorded reports of ``hostnames`` (those it has): what a wait reads after its
@@ -203,6 +200,17 @@ class Store(ABC):
         override this one-by-one read)."""
         found = {key: self.read_record(key) for key in self.record_keys(prefix)}
         return {key: record for key, record in found.items() if record is not None}
+
+    def read_each(self, keys: Sequence[str]) -> dict[str, Record | StoreError | None]:
+        """The records ``keys``, by key: ``None`` where there is none, its error where one
+        cannot be read (stores with a bulk read answer all in one round trip)."""
+        found: dict[str, Record | StoreError | None] = {}
+        for key in keys:
+            try:
+                found[key] = self.read_record(key)
+            except StoreError as exc:
+                found[key] = exc
+        return found
 
     @abstractmethod
     def delete_record(self, key: str) -> None:
@@ -317,6 +325,14 @@ def decode_record(key: str, raw: bytes | str | None) -> dict[str, Any] | None:
     if not isinstance(value, dict):
         raise StoreError(f"record {key!r} is not a JSON object but {type(value).__name__}")
     return value
+
+
+def decoded_or_error(key: str, raw: bytes | str | None) -> Record | StoreError | None:
+    """:func:`decode_record`, with an unreadable record answered as its error."""
+    try:
+        return decode_record(key, raw)
+    except StoreError as exc:
+        return exc
 
 
 class ClockOffset:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Collection, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any, TypeVar, cast
 
@@ -21,6 +21,7 @@ from .base import (
     Updated,
     bad_url,
     decode_record,
+    decoded_or_error,
 )
 from .primitives import (
     R,
@@ -267,6 +268,22 @@ class BaseRedisStore(SwappedRecords, ScriptedLeases, Store):
         found = {key: decode_record(key, value) for key, value in zip(keys, raw, strict=True)}
         return {key: record for key, record in found.items() if record is not None}
 
+    def read_each(self, keys: Sequence[str]) -> dict[str, Record | StoreError | None]:
+        """The records ``keys`` in one round trip (one per primary on a cluster); the next change
+        of each record read is computed from what was read (:class:`SwappedRecords`)."""
+        if not keys:
+            return {}
+        names = [self.record_key(key) for key in keys]
+        with self._failing():
+            self._migrate()
+            raw = self._read_many(names)
+        found = {}
+        for key, name, value in zip(keys, names, raw, strict=True):
+            found[key] = decoded_or_error(key, value)
+            if not isinstance(found[key], StoreError):
+                self._remember(name, value)
+        return found
+
     def _scan(self, prefix: str) -> Iterator[str]:
         """The record keys that start with ``prefix``: a ``SCAN``."""
         start = len(self.record_prefix)
@@ -315,11 +332,7 @@ class RedisStore(RedisNotifications, BaseRedisStore):
             self._migrate()
             raw_state, raw = self.client.mget([self.state_key, self.record_key(key)])
             state = PauseState.decode(raw_state) if raw_state else self._state(self.client)
-        try:
-            record: Record | StoreError | None = decode_record(key, raw)
-        except StoreError as exc:
-            record = exc
-        return Snapshot(state, self.now()), record
+        return Snapshot(state, self.now()), decoded_or_error(key, raw)
 
     def _migrate(self) -> None:
         """Once a process: move every record of the hash of earlier releases to its own key

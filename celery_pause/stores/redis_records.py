@@ -6,14 +6,16 @@ The change itself is computed here, by the same pure function every store runs
 the server. A watched transaction took six commands (``WATCH``, ``GET``, ``TIME``, ``MULTI``,
 the write, ``EXEC``); this takes ``EVAL`` with its own ``GET`` and write, computed from the
 value this process last wrote (:class:`SwappedRecords`). A change computed from a missing
-record creates it with ``SET NX`` alone, the same comparison in one command. The time is the
-store's, as :class:`~celery_pause.stores.base.ClockOffset` keeps it, as for the leases.
+record creates it with ``SET NX GET`` alone: the same comparison in one command, which
+answers what the key holds if it was there after all. The time is the store's, as
+:class:`~celery_pause.stores.base.ClockOffset` keeps it, as for the leases.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from contextlib import AbstractContextManager
+from typing import cast
 
 import redis
 
@@ -42,13 +44,14 @@ REMEMBERED = 4096
 class SwappedRecords(Store):
     """Records updated with :data:`SWAP` (a base of the Redis stores, which set the state).
 
-    Each process remembers the last value it wrote of a record and computes the next change
-    from it, unread; a record it does not remember is guessed missing (as a limit's partition
-    mostly is). A record mostly changed by one worker (its limit's slots, a tenant's
-    partition) then costs the script alone, three commands; one created where the guess was
-    right, one (``SET NX``). One found changed by another (the script answers what it holds)
-    is read before its next change: four commands. A guess that changes nothing is read to be
-    sure."""
+    Each process remembers the last value it wrote of a record (or last read of it with
+    :meth:`~celery_pause.stores.base.Store.read_each`) and computes the next change from it,
+    unread; a record it does not remember is guessed missing (as a limit's partition mostly
+    is). A record mostly changed by one worker (its limit's slots, a tenant's partition) then
+    costs the script alone, three commands; one created, one (``SET NX GET``, which answers
+    what the key holds where the guess was wrong). One found changed by another (the script
+    answers what it holds) is read before its next change: four commands. A guess that
+    changes nothing is read to be sure."""
 
     client: redis.Redis
     _clock: ClockOffset
@@ -56,6 +59,8 @@ class SwappedRecords(Store):
     _migrate: Callable[[], None]
     record_key: Callable[[str], str]
     _written: dict[str, bytes | object | None]
+    _create_reads = True
+    """Whether the server takes ``SET NX GET`` (Redis 7.0 and later)."""
 
     def update_record(self, key: str, change: RecordChange[R]) -> RecordUpdated[R]:
         """Change the record as last written here (else as read), and write it only if the
@@ -79,10 +84,11 @@ class SwappedRecords(Store):
                     return RecordUpdated.of(current, outcome)
                 new = encode_record(outcome.value) if outcome.value else b""
                 if raw is None and new:  # computed from a missing record: create it
-                    if self.client.set(name, new, nx=True):
+                    created, raw = self._create(name, new)
+                    if created:
                         self._remember(name, new)
                         return RecordUpdated.of(current, outcome)
-                    raw, guessed = self.client.get(name), False
+                    guessed = False
                     self._remember(name, CHANGED if raw is not None else None)
                     continue
                 read = b"1" if raw is not None else b"0"
@@ -94,6 +100,23 @@ class SwappedRecords(Store):
                     return RecordUpdated.of(current, outcome)
                 raw, guessed = (reply[1] if len(reply) > 1 else None), False
                 self._remember(name, CHANGED if raw is not None else None)
+
+    def _create(self, name: str, new: bytes) -> tuple[bool, bytes | str | None]:
+        """Create ``name`` as ``new`` unless it exists: whether it was, and else what it
+        holds. One ``SET NX GET``; a server older than Redis 7.0 refuses ``NX`` with
+        ``GET``, and is then asked with ``SET NX`` and, if that fails, a ``GET``."""
+        if self._create_reads:
+            try:
+                held = self.client.set(name, new, nx=True, get=True)
+            except redis.ResponseError as exc:
+                if "syntax" not in str(exc).lower():
+                    raise
+                self._create_reads = False
+            else:
+                return held is None, cast(bytes | None, held)
+        if self.client.set(name, new, nx=True):
+            return True, None
+        return False, self.client.get(name)
 
     def _remember(self, name: str, last: bytes | object | None) -> None:
         """What to compute the next change of ``name`` from: a value, ``None`` (missing) or

@@ -215,6 +215,59 @@ def test_the_state_and_a_record_read_together_are_each_as_read_alone(store: Stor
         store.read_record("parking:queues")
 
 
+def test_records_read_each_are_as_read_alone(store: Store) -> None:
+    # Given a record, a missing one and an unreadable one
+    store.update_record("limit:h:a:slots", increment_once)
+    write_raw(store, "record", "limit:h:c:slots", b"{not json")
+
+    # Then all read together are each as read alone, the unreadable as its error
+    found = store.read_each(["limit:h:a:slots", "limit:h:b:slots", "limit:h:c:slots"])
+    assert found["limit:h:a:slots"] == {"n": 1} and found["limit:h:b:slots"] is None
+    error = found["limit:h:c:slots"]
+    assert isinstance(error, StoreError) and "limit:h:c:slots" in str(error)
+    assert store.read_each([]) == {}
+
+
+def changes_start_from_what_records_hold(mine: Store, theirs: Store) -> None:
+    """``mine`` changes a record ``theirs`` changed since ``mine`` read it, and one
+    ``theirs`` created that ``mine`` never saw: each change counts what the record held."""
+    theirs.update_record("breaker:n", increment_once)
+    assert mine.read_each(["breaker:n"]) == {"breaker:n": {"n": 1}}
+    theirs.update_record("breaker:n", increment_once)
+    mine.update_record("breaker:n", increment_once)
+    assert theirs.read_record("breaker:n") == {"n": 3}
+
+    theirs.update_record("breaker:m", increment_once)
+    mine.update_record("breaker:m", increment_once)
+    assert theirs.read_record("breaker:m") == {"n": 2}
+
+
+def test_a_change_after_a_read_or_a_guess_of_missing_starts_from_what_the_record_holds(
+    shared_spec: Spec,
+) -> None:
+    # Given two processes' stores, When one changes records the other read or created,
+    # Then from what they hold, not from what was read or guessed missing
+    mine, theirs = make_store(*shared_spec), make_store(*shared_spec)
+    changes_start_from_what_records_hold(mine, theirs)
+    for opened in (mine, theirs):
+        opened.close()
+
+
+def test_a_redis_server_without_set_nx_get_creates_records_all_the_same() -> None:
+    require("Redis", "127.0.0.1", 6379)
+    with private("redis", REDIS_STORE, f"create-{uuid.uuid4().hex[:8]}") as spec:
+        # Given a Redis store that creates records as it must before Redis 7.0 (SET NX,
+        # then GET when the record was there after all)
+        mine, theirs = make_store(*spec), make_store(*spec)
+        assert isinstance(mine, RedisStore)
+        mine._create_reads = False
+        # Then its changes start from what the records hold all the same
+        changes_start_from_what_records_hold(mine, theirs)
+        # ... and a record it creates is written (SET NX)
+        mine.update_record("breaker:new", increment_once)
+        assert theirs.read_record("breaker:new") == {"n": 1}
+
+
 def test_a_state_key_of_another_type_reads_unreadable_with_a_record_too() -> None:
     require("Redis", "127.0.0.1", 6379)
     with private("redis", REDIS_STORE, f"typed-{uuid.uuid4().hex[:8]}") as spec:

@@ -1,21 +1,27 @@
 """A worker's permits of a rate: start times spent in time or dropped, and booked again past
-what the store forgot (the keeper on a real in-memory store)."""
+what the store forgot; slots asked for again at the cost of a read (the keeper on a real
+in-memory store)."""
 
 from __future__ import annotations
 
 import time
 import uuid
+from collections.abc import Sequence
 from typing import cast
 
 from celery.worker.request import Request
 
+from celery_pause.errors import StoreError
 from celery_pause.limits.keeper import LimitKeeper
 from celery_pause.limits.permits import Permits
 from celery_pause.model.limit import HORIZON, KEPT_KEY, Limit, kept_since
 from celery_pause.model.limit_keys import rate_key
 from celery_pause.model.scope import EVERYTHING
 from celery_pause.model.state import Hold
+from celery_pause.stores.base import RecordUpdated
 from celery_pause.stores.memory import MemoryStore
+from celery_pause.stores.primitives import R, Record, RecordChange
+from support.polling import wait_for
 
 T = 1_800_000_000.0
 
@@ -175,3 +181,52 @@ def test_a_request_holds_its_slot_from_its_start_until_its_end_is_seen() -> None
     # When its end is seen, Then it holds it no more
     permits.ended(lambda request: False, reuse=True)
     assert not permits.runs(first_request)
+
+
+class CountedStore(MemoryStore):
+    """An in-memory store that counts its record reads and changes."""
+
+    def __init__(self, url: str, prefix: str) -> None:
+        super().__init__(url, prefix)
+        self.reads = 0
+        self.changes = 0
+
+    def read_each(self, keys: Sequence[str]) -> dict[str, Record | StoreError | None]:
+        self.reads += 1
+        return super().read_each(keys)
+
+    def update_record(self, key: str, change: RecordChange[R]) -> RecordUpdated[R]:
+        self.changes += 1
+        return super().update_record(key, change)
+
+
+def test_asking_again_for_a_slot_another_worker_holds_reads_and_writes_nothing() -> None:
+    # Given two workers with a task each of one tenant under concurrency 1, the first
+    # holding the slot, and the second refused it once
+    store = CountedStore("memory://slots", uuid.uuid4().hex)
+    hold = Hold(id="c1", scope=EVERYTHING, limit=Limit(concurrency=1))
+    mine, theirs = (Permits(id="c1:t", scope=hold.scope, limit=hold.limit, value="t") for _ in "12")
+    for permits in (mine, theirs):
+        waiting(permits, 1)
+    first_keeper, second_keeper = keeper(store), keeper(store)
+    first_keeper.pace((mine,), [])
+    second_keeper.pace((theirs,), [])
+    assert mine.slots_held() == 1 and theirs.refused and not theirs.slots_held()
+
+    # When the second asks again while the slot is held
+    changes, reads = store.changes, store.reads
+
+    def second_asks() -> None:
+        second_keeper.pace((theirs,), [])
+
+    wait_for(lambda: second_asks() or store.reads > reads, timeout=5, what="an ask again")
+    # Then it read the record once, wrote nothing, and is refused still
+    assert store.reads == reads + 1 and store.changes == changes
+    assert theirs.refused and not theirs.slots_held()
+
+    # When the first's task ends (its slot given back), Then the second's next ask takes it
+    spend_first(mine)
+    mine.clear_waiting()
+    first_keeper.pace((mine,), [])
+    wait_for(lambda: second_asks() or theirs.slots_held(), timeout=5, what="the slot taken")
+    assert not theirs.refused
