@@ -26,7 +26,7 @@ from ..logs import ThrottledLog
 from ..model.adaptive import adapt_key, at_level, cut_of, forget_level, level_of
 from ..model.limit import KEPT_KEY, Record, forget_rate, kept_since, reserve
 from ..model.limit_keys import rate_key, slots_key, tagged
-from ..model.slots import give_back, live_slots, renew_slots, take_slots
+from ..model.slots import give_back, has_free_slot, renew_slots, take_slots
 from ..stores import Store
 from .permits import Permits
 
@@ -257,12 +257,12 @@ class LimitKeeper:
 
 
 def _full(record: Record | StoreError | None, now: float, limit: int) -> bool:
-    """Whether a slots record as read holds ``limit`` live slots at ``now`` (one missing
-    or unreadable is not: the ask itself tells)."""
+    """Whether a slots record as read has no slot free at ``now`` (one missing or unreadable
+    is not full: the ask itself tells)."""
     if not isinstance(record, dict):
         return False
     try:
-        return len(live_slots(record, now)) >= limit
+        return not has_free_slot(record, now, limit=limit)
     except (TypeError, ValueError):
         return False
 

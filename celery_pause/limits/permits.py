@@ -38,8 +38,10 @@ SLOT_CHECK = (0.05, 0.1)
 from the first, doubled at each ask that got none, up to the second."""
 SLOT_CHECK_HOLDING = 0.5
 """The most seconds between two such asks while this worker holds slots of the limit."""
-_ASK_PHASE = random.uniform(0.0, SLOT_CHECK[1])
-"""Where this process's grid of asks for slots lies (:meth:`Permits.add_slots`)."""
+ASK_GRID = SLOT_CHECK[1]
+"""Seconds apart of the times a refused ask for a slot is made again: a worker's limits refused
+ask together (one read), each worker at its own offset (:data:`_ASK_PHASE`)."""
+_ASK_PHASE = random.uniform(0.0, ASK_GRID)
 
 
 @dataclass(slots=True)
@@ -328,12 +330,8 @@ class Permits:
             if self.slots_in_hand():
                 most = SLOT_CHECK_HOLDING  # its own ended tasks' slots serve its requests
             after = time.monotonic() + min(first * 2**self._slot_misses, most)
-            if self._slot_misses:
-                # refused: at the nearest point of this process's grid of the longest
-                # interval, so its limits refused ask again together (one read), other
-                # workers' at other times
-                grid = SLOT_CHECK[1]
-                after = round((after - _ASK_PHASE) / grid) * grid + _ASK_PHASE
+            if self._slot_misses:  # refused: at the nearest time of this process's grid
+                after = round((after - _ASK_PHASE) / ASK_GRID) * ASK_GRID + _ASK_PHASE
             self._next_slot_ask = after
 
     def starts_wanted(self, now: float) -> list[tuple[Request, float]]:

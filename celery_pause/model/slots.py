@@ -18,12 +18,16 @@ def take_slots(
     """Take as many of the slots ``ids`` as the concurrency ``limit`` has free at ``now``
     (expired ones are free); the ids taken."""
     slots = live_slots(record, now)
-    free = max(0, limit - len(slots))
-    taken = ids[:free]
+    taken = ids[: max(0, limit - len(slots))]
     if not taken:
         return Outcome(None, [])
     slots.update((slot, now + ttl) for slot in taken)
     return Outcome({**(record or {}), "slots": slots}, taken)
+
+
+def has_free_slot(record: Record | None, now: float, *, limit: int) -> bool:
+    """Whether the concurrency ``limit`` has a slot free at ``now`` (expired ones are)."""
+    return len(live_slots(record, now)) < limit
 
 
 def give_back(record: Record | None, now: float, *, ids: list[str]) -> Outcome[Record, int]:
