@@ -28,7 +28,7 @@ import psutil
 import celery_pause
 from bench.stats import percentile
 from bench.world import World, conditions, log, quick_main, settle
-from celery_pause.model.parking import parking_queue
+from celery_pause.model.parking import value_queue
 from celery_pause.settings import config_for
 from support.harness import Worker, wait_for
 from support.proj import RECORD_TASK
@@ -80,7 +80,7 @@ def run_case(max_held: int | None, backlog: int, window: float) -> dict[str, Any
         settle(2.0)
         idle = {w.hostname: rss_mb(w) for w in workers}
         hold = celery_pause.pause(world.app, labels=["tenant=A"], wait=True).hold.id
-        parking = parking_queue(config_for(world.app).key_prefix, hold)
+        parking = value_queue(config_for(world.app).key_prefix, hold, "A")
         log(f"{name}: {backlog} tasks of A into the queue at once")
         fill(world, queue, backlog)
         log(f"{name}: B at {B_RATE:g}/s and A at {A_RATE:g}/s for {window:g}s")

@@ -17,11 +17,11 @@ from celery import Celery
 from ..breaker.status import BreakerStatus, breaker_statuses
 from ..history import HistoryEntry, history
 from ..model.fair import FAIR_REGISTRY, fair_queues
-from ..model.parking import parking_queue
+from ..model.parking import REGISTRY, parked_values, parking_queue
 from ..model.ramp import ramp_json
 from ..model.report import LOST
 from ..model.report import PAUSED as WORKER_PAUSED
-from ..model.scope import Target
+from ..model.scope import Target, label_names
 from ..model.state import Hold, PauseState
 from ..model.windows import Window
 from ..settings import config_for
@@ -32,7 +32,8 @@ from .status import status
 
 JSON_SCHEMA = 2
 SHOWN_VALUES = 20
-"""The label values of a fair limit whose waiting tasks status shows (those with the most)."""
+"""The label values of a fair limit or a pause whose waiting tasks status shows (those with
+the most)."""
 RUNNING = "RUNNING"
 PAUSED = "PAUSED"
 PARTIAL = "PARTIAL"
@@ -76,13 +77,19 @@ class Overview:
     windows: tuple[WindowStatus, ...] = ()
     parked: Depths = field(default_factory=dict)
     """Tasks parked on the broker (:mod:`celery_pause.model.parking`), by pause hold id."""
+    parked_values: dict[str, Depths] = field(default_factory=dict)
+    """Of those, the tasks of each label value of a pause by label, by hold id and value (the
+    :data:`SHOWN_VALUES` with the most)."""
     turns: dict[str, Depths] = field(default_factory=dict)
     """Tasks waiting for their turns (:mod:`celery_pause.model.fair`), by fair limit's hold
     id and label value (the :data:`SHOWN_VALUES` with the most)."""
 
     def to_json(self) -> dict[str, Any]:
         doc = status_json(self.status, self.depths, self.breakers, self.history, self.windows)
-        doc["parked"] = [{"hold": hold, "tasks": count} for hold, count in self.parked.items()]
+        doc["parked"] = [
+            {"hold": hold, "tasks": count, "values": _per_value(self.parked_values.get(hold))}
+            for hold, count in self.parked.items()
+        ]
         doc["totals"]["parked"] = sum(count or 0 for count in self.parked.values())
         doc["turns"] = [
             {"hold": hold, "value": value, "tasks": count}
@@ -107,16 +114,24 @@ def overview(
     read_depths = depths or (lambda names: queue_depths(app, names, config.store_timeout))
     queues = status_queues(current, list(app.amqp.queues))
     parking = {h.id: parking_queue(config.key_prefix, h.id) for h in current.holds if h.pauses}
+    by_label = [h.id for h in current.holds if h.pauses and label_names(h.scope)]
     fair = [h.id for h in current.holds if h.limit is not None and h.limit.fair is not None]
-    registry = store_for(app).read_record(FAIR_REGISTRY) if fair else None
+    store = store_for(app)
+    parked_record = store.read_record(REGISTRY) if by_label else None
+    values = {hold: parked_values(parked_record, hold) for hold in by_label}
+    registry = store.read_record(FAIR_REGISTRY) if fair else None
     turns = {hold: fair_queues(registry, hold) for hold in fair}
-    named = [queue for values in turns.values() for queue in values.values()]
+    named = [queue for each in (*turns.values(), *values.values()) for queue in each.values()]
     found = read_depths(sorted({*queues, *parking.values(), *named}))
     return Overview(
         status=current,
         depths={name: found.get(name) for name in queues},
-        parked={hold: found.get(queue) for hold, queue in parking.items()},
-        turns={hold: most_waiting(values, found) for hold, values in turns.items()},
+        parked={
+            hold: _total([queue, *values.get(hold, {}).values()], found)
+            for hold, queue in parking.items()
+        },
+        parked_values={hold: most_waiting(each, found) for hold, each in values.items()},
+        turns={hold: most_waiting(each, found) for hold, each in turns.items()},
         breakers=tuple(breaker_statuses(app)),
         history=tuple(history(app, limit=history_limit)) if with_history else None,
         windows=tuple(
@@ -129,6 +144,16 @@ def most_waiting(queues: Mapping[str, str], depths: Depths) -> Depths:
     """The tasks waiting in each value's queue, the :data:`SHOWN_VALUES` with most, most first."""
     counted = sorted(((depths.get(q), v) for v, q in queues.items()), key=lambda e: -(e[0] or 0))
     return {value: count for count, value in counted[:SHOWN_VALUES] if count}
+
+
+def _total(queues: Sequence[str], depths: Depths) -> int | None:
+    """The tasks waiting in ``queues`` (``None`` if the first, the hold's own, cannot be told)."""
+    counts = [depths.get(queue) for queue in dict.fromkeys(queues)]
+    return None if counts[0] is None else sum(count or 0 for count in counts)
+
+
+def _per_value(depths: Depths | None) -> list[dict[str, Any]]:
+    return [{"value": value, "tasks": count} for value, count in (depths or {}).items()]
 
 
 def cluster_state(status: ClusterStatus) -> str:

@@ -26,13 +26,13 @@ from celery import Celery
 
 from ..beat.watch import BeatWatch
 from ..model.content import label_value
-from ..model.fair import fair_value
-from ..model.parking import PARKED_HEADER, Marker, parking_queue
+from ..model.parking import PARKED_HEADER, Marker
 from ..model.scope import Target
 from ..model.state import BREAKER_PREFIX, Hold
 from ..settings import config_for
 from ..stores import store_for
-from ..worker.parking import Registry, parked_queue, parks
+from ..worker.parking import parked_queue, parks
+from ..worker.registry import Registry
 from .overload import ADAPTIVE
 
 logger = logging.getLogger(__name__)
@@ -117,16 +117,12 @@ class ParkAtSend:
         return tuple(found)
 
     def _to_parking(self, hold: Hold, target: Target, options: dict[str, Any]) -> dict[str, Any]:
-        """``options`` that send the message to ``hold``'s parking queue instead (a fair
-        limit's: the queue of the task's value, where it waits for its turn)."""
+        """``options`` that send the message to its parking queue under ``hold`` instead (a
+        fair limit's: the queue of the task's value, where it waits for its turn)."""
         exchange, key = _origin(self.app, options)
         if self._registry is None:
             self._registry = Registry(store_for(self.app), self.prefix)
-        if hold.limit is not None and hold.limit.fair is not None:
-            queue = self._registry.name_value(hold.id, fair_value(target.label, hold.limit.fair))
-        else:
-            queue = parking_queue(self.prefix, hold.id)
-            self._registry.name(hold.id, queue)
+        queue = self._registry.queue_for(hold, target)
         headers = dict(options.get("headers") or {})
         headers[PARKED_HEADER] = Marker(
             uuid.uuid4().hex, hold.id, exchange, key, sent=True

@@ -277,7 +277,7 @@ def status_lines(view: Overview) -> list[str]:
     if restored is not None:
         lines.append(f"Restored by {restored.by} at {format_time(restored.at)}: {restored.lost}")
     lines.extend("  " + hold_line(hold, now, status.usage.get(hold.id)) for hold in status.holds)
-    lines.extend(parked_lines(view.parked))
+    lines.extend(parked_lines(view.parked, view.parked_values))
     lines.extend(turn_lines(view.turns))
     if status.scheduled:
         lines.append("Scheduled (cancel one with `resume --hold ID`):")
@@ -308,13 +308,21 @@ def turn_lines(turns: Mapping[str, Mapping[str, int | None]]) -> list[str]:
     ]
 
 
-def parked_lines(parked: Mapping[str, int | None]) -> list[str]:
-    """A line for each hold with tasks parked on the broker (resume brings them back)."""
-    return [
-        f"  {count} task(s) of hold {hold} parked on the broker (resume brings them back)"
-        for hold, count in parked.items()
-        if count
-    ]
+def parked_lines(
+    parked: Mapping[str, int | None], values: Mapping[str, Mapping[str, int | None]]
+) -> list[str]:
+    """A line for each hold with tasks parked on the broker (resume brings them back), by
+    label value for a pause by label."""
+    lines = []
+    for hold, count in parked.items():
+        if not count:
+            continue
+        line = f"  {count} task(s) of hold {hold} parked on the broker (resume brings them back)"
+        by_value = values.get(hold)
+        if by_value:
+            line += ": " + ", ".join(f"{quoted(v)} {n}" for v, n in by_value.items())
+        lines.append(line)
+    return lines
 
 
 def workers_lines(status: ClusterStatus) -> list[str]:

@@ -6,7 +6,8 @@ that would only hold it. Beside the messages waiting in the broker per queue, th
 many of them can run: none of a queue paused for every task on every worker, all of any other
 (the broker cannot tell which task a waiting message is, so a queue paused for some task names
 or some workers counts whole). Labels: the queue names of ``pause status`` (the app's queues and
-those a hold or worker names), bounded by the app's configuration.
+those a hold or worker names), bounded by the app's configuration; the tasks parked per pause,
+and per label value of a pause by label (the 20 values with the most).
 """
 
 from __future__ import annotations
@@ -53,6 +54,31 @@ def backlog_families(view: Overview) -> Iterator[Any]:
         "Task messages the live workers hold in their gates (received, not started).",
         value=float(sum(report.held for report in view.status.workers)),
     )
+    yield from parked_families(view)
+
+
+def parked_families(view: Overview) -> Iterator[Any]:
+    """The tasks parked on the broker per pause, and per label value of a pause by label
+    (the values with the most, as ``pause status`` shows them)."""
+    from prometheus_client.core import GaugeMetricFamily
+
+    parked = GaugeMetricFamily(
+        "celery_pause_parked",
+        "Task messages parked on the broker, per pause in force.",
+        labels=["hold"],
+    )
+    by_value = GaugeMetricFamily(
+        "celery_pause_parked_value",
+        "Task messages parked on the broker, per pause by label and label value.",
+        labels=["hold", "value"],
+    )
+    for hold, count in sorted(view.parked.items()):
+        if count is not None:
+            parked.add_metric([hold], float(count))
+        for value, tasks in (view.parked_values.get(hold) or {}).items():
+            by_value.add_metric([hold, value], float(tasks or 0))
+    yield parked
+    yield by_value
 
 
 def render_backlog(view: Overview) -> tuple[bytes, str]:

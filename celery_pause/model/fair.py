@@ -17,16 +17,14 @@ holds the values waiting, not every value ever seen.
 from __future__ import annotations
 
 import fnmatch
-import hashlib
 import heapq
 import math
-import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from .outcome import Outcome
-from .parking import Record, RecordChange
+from .parking import Record, RecordChange, digest_queue
 
 MAX_WEIGHT = 1000.0
 """The largest weight a value takes (the smallest is its inverse)."""
@@ -38,8 +36,6 @@ MAX_VALUES = 1000
 :data:`OTHERS` (the registry is read every second: it stays small)."""
 OTHERS = "<others>"
 """The value a task takes when its label is missing or past :data:`MAX_VALUES`."""
-
-_UNSAFE = re.compile(r"[^A-Za-z0-9_.:-]")
 
 
 @dataclass(frozen=True)
@@ -125,10 +121,8 @@ def turns_key(hold: str) -> str:
 
 
 def fair_queue(prefix: str, hold: str, value: str) -> str:
-    """The queue a fair limit's tasks of label ``value`` wait in for their turn: readable
-    where the value is, and a digest so two values never share one."""
-    digest = hashlib.sha256(value.encode("utf-8", "surrogatepass")).hexdigest()[:12]
-    return _UNSAFE.sub("_", f"{prefix}.fair.{hold}.{value[:40]}.{digest}")
+    """The queue a fair limit's tasks of label ``value`` wait in for their turn."""
+    return digest_queue(f"{prefix}.fair.{hold}", value)
 
 
 def turns(

@@ -14,6 +14,7 @@ of the id finds the claim taken and is dropped, while the same copy delivered ag
 
 from __future__ import annotations
 
+import hashlib
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -29,9 +30,13 @@ RecordChange = Callable[[Record | None, float], Outcome[Record, R]]
 PARKED_HEADER = "celery_pause_parked"
 """The header a parked or brought-back copy carries (taken off before the task starts)."""
 REGISTRY = "parking"
-"""The store record naming each hold's parking queue: ``{"queues": {hold: {"queue": name,
-"since": t, "lifted": t}}, "parked_at": t}`` (``lifted`` once a worker found the hold lifted;
+"""The store record naming each hold's parking queues: ``{"queues": {hold: {"queue": name,
+"since": t, "values": {value: name}, "lifted": t}}, "parked_at": t}`` (``values``: those of a
+pause by label, :func:`value_parked`; ``lifted`` once a worker found the hold lifted;
 ``parked_at``: the last time a queue was named, kept when the queues are gone)."""
+MAX_PARKED_VALUES = 1000
+"""The most label values of one pause given a parking queue each; later ones share the
+pause's own queue (the record is read every second: it stays small)."""
 CLAIMS = "claim:"
 """Prefix of the store leases the copies claim (a lease each: ``lease:claim:<task id>``)."""
 SOURCE_COPY = "source"
@@ -109,6 +114,18 @@ def parking_queue(prefix: str, hold: str) -> str:
     return _UNSAFE.sub("_", f"{prefix}.parked.{hold}")
 
 
+def value_queue(prefix: str, hold: str, value: str) -> str:
+    """The queue the messages of label ``value`` parked under the pause ``hold`` wait in."""
+    return digest_queue(f"{prefix}.parked.{hold}", value)
+
+
+def digest_queue(base: str, value: str) -> str:
+    """The queue of ``value`` named after ``base``: readable where the value is, and a digest
+    so two values never share one."""
+    digest = hashlib.sha256(value.encode("utf-8", "surrogatepass")).hexdigest()[:12]
+    return _UNSAFE.sub("_", f"{base}.{value[:40]}.{digest}")
+
+
 def claim_key(task_id: str) -> str:
     """The store lease a copy of ``task_id`` takes before it starts."""
     return f"{CLAIMS}{task_id}"
@@ -127,18 +144,48 @@ def parking_queues(record: Record | None) -> dict[str, str]:
     }
 
 
+def parked_values(record: Record | None, hold: str) -> dict[str, str]:
+    """Each label value's parking queue of the pause ``hold`` that the :data:`REGISTRY`
+    record names (an entry it cannot read is left out)."""
+    entry = _queues(record).get(hold)
+    values = entry.get("values") if isinstance(entry, dict) else None
+    if not isinstance(values, dict):
+        return {}
+    return {v: q for v, q in values.items() if isinstance(v, str) and isinstance(q, str)}
+
+
 def named(hold: str, queue: str) -> RecordChange[bool]:
     """Name ``queue`` as ``hold``'s parking queue in the :data:`REGISTRY` record, and note
     when (no write if it is named, not marked lifted, and noted within :data:`NAMED_AGAIN`)."""
 
     def change(current: Record | None, now: float) -> Outcome[Record, bool]:
         queues = _queues(current)
-        entry = queues.get(hold)
-        fresh = isinstance(entry, dict) and entry.get("queue") == queue and "lifted" not in entry
-        if fresh and now - (parked_at(current) or float("-inf")) < NAMED_AGAIN:
+        fresh = _fresh(queues.get(hold), queue)
+        if fresh is not None and now - (parked_at(current) or float("-inf")) < NAMED_AGAIN:
             return Outcome(None, False)
-        kept = entry if fresh else {"queue": queue, "since": now}
+        kept = fresh if fresh is not None else _renamed(current, hold, queue, now)
         return Outcome({"queues": {**queues, hold: kept}, "parked_at": now}, True)
+
+    return change
+
+
+def value_parked(hold: str, queue: str, value: str, own: str) -> RecordChange[str]:
+    """Name ``own`` as the parking queue of label ``value`` of the pause ``hold`` (whose own
+    queue is ``queue``); the queue its messages go to: ``own``, or ``queue`` past
+    :data:`MAX_PARKED_VALUES` values. No write if named and noted within :data:`NAMED_AGAIN`."""
+
+    def change(current: Record | None, now: float) -> Outcome[Record, str]:
+        queues, values = _queues(current), parked_values(current, hold)
+        fresh = _fresh(queues.get(hold), queue)
+        given = own if values.get(value) == own or len(values) < MAX_PARKED_VALUES else queue
+        known = given == queue or values.get(value) == own
+        recent = now - (parked_at(current) or float("-inf")) < NAMED_AGAIN
+        if fresh is not None and known and recent:
+            return Outcome(None, given)
+        kept = fresh if fresh is not None else _renamed(current, hold, queue, now)
+        if given == own:
+            kept["values"] = {**values, value: own}
+        return Outcome({"queues": {**queues, hold: kept}, "parked_at": now}, given)
 
     return change
 
@@ -175,6 +222,20 @@ def parked_at(record: Record | None) -> float | None:
     """When a parking queue was last named (store time), if ever."""
     at = record.get("parked_at") if record is not None else None
     return float(at) if isinstance(at, int | float) and not isinstance(at, bool) else None
+
+
+def _fresh(entry: Any, queue: str) -> dict[str, Any] | None:
+    """A hold's ``entry`` (a copy) if it names ``queue`` and is not marked lifted."""
+    if isinstance(entry, dict) and entry.get("queue") == queue and "lifted" not in entry:
+        return dict(entry)
+    return None
+
+
+def _renamed(record: Record | None, hold: str, queue: str, now: float) -> dict[str, Any]:
+    """A new entry of ``hold`` naming ``queue`` (its label values' queues kept: they may
+    still hold messages)."""
+    values = parked_values(record, hold)
+    return {"queue": queue, "since": now, **({"values": values} if values else {})}
 
 
 def _queues(record: Record | None) -> dict[str, Any]:

@@ -10,9 +10,9 @@ than Redis and RabbitMQ park nothing: their held messages stay in the worker, as
 from __future__ import annotations
 
 import logging
-import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping
+from functools import partial
 from typing import Any
 
 from celery import Celery
@@ -24,21 +24,19 @@ from kombu.messaging import Producer
 
 from ..errors import InvalidInput
 from ..model.content import text_of
-from ..model.fair import FAIR_REGISTRY, OTHERS, fair_queue, fair_value, value_named
+from ..model.fair import OTHERS, fair_value
 from ..model.parking import (
     PARKED_HEADER,
-    REGISTRY,
     SOURCE_COPY,
     Marker,
     claim_key,
-    named,
-    parking_queue,
 )
 from ..model.scope import Target
 from ..model.state import Hold
 from ..stores import Store
 from .claims import hand_claim
 from .figures import GateCounters
+from .registry import Registry
 
 logger = logging.getLogger(__name__)
 
@@ -48,8 +46,6 @@ TargetOf = Callable[[Request], Target]
 
 PARKING_DRIVERS = ("redis", "amqp")
 """Brokers whose held messages are parked: those that can count and confirm them."""
-REGISTER_EVERY = 30.0
-"""Seconds between two writes of a parking queue's record while tasks are parked there."""
 KEPT_PROPERTIES = ("correlation_id", "reply_to", "expiration", "message_id", "timestamp", "type")
 """Message properties a copy keeps (beside priority, delivery mode and the content's type)."""
 
@@ -94,36 +90,6 @@ def copy_connection(app: Celery) -> Connection:
     return conn  # type: ignore[no-any-return]
 
 
-class Registry:
-    """Names parking queues in the store (again every :data:`REGISTER_EVERY` seconds while
-    tasks are parked there: a store that lost a record gets it back)."""
-
-    def __init__(self, store: Store, prefix: str = "") -> None:
-        self.store = store
-        self.prefix = prefix
-        self._named: dict[str, float] = {}
-        self._values: dict[str, str] = {}
-
-    def name(self, hold: str, queue: str) -> None:
-        """Record ``queue`` as ``hold``'s parking queue, unless done within the interval."""
-        if time.monotonic() - self._named.get(queue, -REGISTER_EVERY) < REGISTER_EVERY:
-            return
-        self.store.update_record(REGISTRY, named(hold, queue))
-        self._named[queue] = time.monotonic()
-
-    def name_value(self, hold: str, value: str) -> str:
-        """The queue of ``value`` of the fair limit ``hold``, recorded in the store unless
-        done within the interval (past :data:`~..model.fair.MAX_VALUES` values, the queue
-        the rest share)."""
-        queue = fair_queue(self.prefix, hold, value)
-        if time.monotonic() - self._named.get(queue, -REGISTER_EVERY) < REGISTER_EVERY:
-            return self._values.get(queue, queue)
-        given = self.store.update_record(FAIR_REGISTRY, value_named(hold, value, queue)).result
-        self._named[queue] = time.monotonic()
-        self._values[queue] = given
-        return given
-
-
 class Parking:
     """Parks held requests, and has each copy that may have a twin claim its task id."""
 
@@ -160,17 +126,12 @@ class Parking:
         """Whether any task was parked within a claim's life (read from the store's record by
         :class:`~.unparking.Unparking`): only then does a redelivered message claim its id."""
 
-    def park(self, request: Request, hold: str, value: str | None = None) -> bool:
-        """Park ``request``'s message under ``hold`` (in the queue of its label ``value``,
-        for a fair limit's turn); whether it did (then the original is acknowledged and the
-        request forgotten). A broker or store that fails leaves it."""
+    def park(self, request: Request, hold: str, queue_of: Callable[[], str]) -> bool:
+        """Park ``request``'s message under ``hold`` in the queue ``queue_of`` names; whether
+        it did (then the original is acknowledged and the request forgotten). A broker or
+        store that fails leaves it."""
         try:
-            if value is None:
-                queue = parking_queue(self.prefix, hold)
-                self.registry.name(hold, queue)
-            else:
-                queue = self.registry.name_value(hold, value)
-                self.turns_named = self.turns_named | {hold}
+            queue = queue_of()
             copy, old = uuid.uuid4().hex, self._claimant(request)
             message = request.message
             info = message.delivery_info if isinstance(message.delivery_info, Mapping) else {}
@@ -265,12 +226,24 @@ class Parking:
         marker = self.marker_of(request)
         if marker is not None and marker.turn and marker.hold == hold.id:
             return False
-        assert hold.limit is not None and hold.limit.fair is not None
-        return self.park(request, hold.id, fair_value(target.label, hold.limit.fair))
+        return self._park_for_turn(request, hold, target)
 
-    def hold_of(self, target: Target) -> str | None:
+    def _park_for_turn(self, request: Request, hold: Hold, target: Target) -> bool:
+        """Park ``request`` in the turns queue of the limit ``hold`` (of its label value if
+        the limit is fair), to be fed back (:mod:`.feeding`)."""
+
+        def queue_of() -> str:
+            fair = hold.limit.fair if hold.limit is not None else None
+            value = OTHERS if fair is None else fair_value(target.label, fair)
+            queue = self.registry.name_value(hold.id, value)
+            self.turns_named = self.turns_named | {hold.id}
+            return queue
+
+        return self.park(request, hold.id, queue_of)
+
+    def hold_of(self, target: Target) -> Hold | None:
         """The pause ``target`` is parked under; ``None``: none in force covers it, keep it."""
-        return next((hold.id for hold in self._pauses if hold.scope.covers(target)), None)
+        return next((hold for hold in self._pauses if hold.scope.covers(target)), None)
 
     def overflow(self, held: list[Held], most: int, target_of: TargetOf) -> list[Held]:
         """The newest of ``held`` (oldest first) past the first ``most`` that can be parked."""
@@ -288,12 +261,9 @@ class Parking:
         for index, entry in enumerate(entries):
             target = target_of(entry[0])
             hold = self._limit_of(target)
-            if hold is None or hold.limit is None:
+            if hold is None:
                 left.append(entry)
-                continue
-            fair = hold.limit.fair
-            value = OTHERS if fair is None else fair_value(target.label, fair)
-            if not self.park(entry[0], hold.id, value):
+            elif not self._park_for_turn(entry[0], hold, target):
                 return left + entries[index:]
         return left
 
@@ -304,10 +274,11 @@ class Parking:
         """Park each of ``entries`` a pause covers, until one fails; those left (in order)."""
         left: list[Held] = []
         for index, entry in enumerate(entries):
-            hold = self.hold_of(target_of(entry[0]))
+            target = target_of(entry[0])
+            hold = self.hold_of(target)
             if hold is None:
                 left.append(entry)
-            elif not self.park(entry[0], hold):
+            elif not self.park(entry[0], hold.id, partial(self.registry.queue_for, hold, target)):
                 return left + entries[index:]
         return left
 

@@ -35,6 +35,7 @@ from ..model.parking import (
     lifted,
     max_held_for,
     parked_at,
+    parked_values,
     parking_queue,
     parking_queues,
 )
@@ -156,7 +157,8 @@ class Unparking(threading.Thread):
         The lifted holds are those the store's records name, and those this worker saw in
         force (which finds the queues of a store that lost its records).
         """
-        named = parking_queues(self._registry_now())
+        record = self._registry_now()
+        named = parking_queues(record)
         holds = tuple(self._holds())
         fair = self.store.read_record(FAIR_REGISTRY) if self._reads_turns(holds) else None
         self._turns = frozenset(fair_holds(fair))  # not read: the last read named none
@@ -172,17 +174,24 @@ class Unparking(threading.Thread):
         lifted.update({hold: queue for hold, queue in named.items() if hold not in live})
         self._seen &= live
         for hold, queue in lifted.items():
-            if hold not in named and self._empty(queue):
+            queues = self._queues_of(record, hold, queue)
+            if hold not in named and all(self._empty(each) for each in queues):
                 continue  # a pause seen here that parked nothing
             lease = f"unpark:{hold}"
             if not self.store.acquire_lease(lease, self.hostname, LEASE):
                 continue
             try:
-                moved += self._bring_back(queue, lease)
-                self._retire(hold, queue, snapshot.now)
+                moved += sum(self._bring_back(each, lease) for each in queues)
+                self._retire(hold, queues, snapshot.now)
             finally:
                 self.store.release_lease(lease, self.hostname)
         return moved
+
+    def _queues_of(self, record: Record | None, hold: str, queue: str) -> list[str]:
+        """The parking queues of ``hold``: its own (``queue``), then those of its label values
+        that the store's record names or this worker named (a store may have lost them)."""
+        values = [*parked_values(record, hold).values(), *self.parking.registry.values_of(hold)]
+        return list(dict.fromkeys([queue, *values]))
 
     def _registry_now(self) -> Record | None:
         """The parking record as the store thread last read it, or read now if that read is
@@ -305,19 +314,22 @@ class Unparking(threading.Thread):
         marker = parked_marker(self.app, message, "")
         send_back(self.store, self.parking.life, producer, message, marker, turn=False)
 
-    def _retire(self, hold: str, queue: str, now: float) -> None:
-        """Delete ``queue`` and its record once it is empty and its hold was lifted long ago."""
-        since = self.store.update_record(REGISTRY, lifted(hold, queue)).result
+    def _retire(self, hold: str, queues: list[str], now: float) -> None:
+        """Delete ``queues`` (the hold's own first) and their record once all are empty and
+        their hold was lifted long ago."""
+        since = self.store.update_record(REGISTRY, lifted(hold, queues[0])).result
         self._changed = time.monotonic()
         if now - since < GRACE:
             return
         with copy_connection(self.app) as conn:
-            if waiting(conn, queue) != 0:
+            if any(waiting(conn, queue) != 0 for queue in queues):
                 return
-            parked_queue(queue)(conn.channel()).delete(if_empty=True)  # type: ignore[no-untyped-call]
+            for queue in queues:
+                parked_queue(queue)(conn.channel()).delete(if_empty=True)  # type: ignore[no-untyped-call]
         self.store.update_record(REGISTRY, forgotten(hold))
+        self.parking.registry.forget(hold)
         self._changed = time.monotonic()
-        logger.info("celery-pause: parking queue %s deleted: its hold was lifted", queue)
+        logger.info("celery-pause: parking queue(s) %s deleted: hold lifted", ", ".join(queues))
 
 
 def _expired(current: Record | None, now: float) -> Outcome[Record, int]:

@@ -63,7 +63,9 @@ function fill(id, rows) {
 function limitText(h, usage, parked, turns) {
   // "pause" (and how many of its tasks are parked), or the limit and how much of it is used.
   if (h.rate === undefined && h.concurrency === undefined) {
-    return parked ? "pause; " + parked + " parked on the broker" : "pause";
+    if (!parked || !parked.tasks) return "pause";
+    const values = (parked.values || []).map((v) => v.value + " " + v.tasks).join(", ");
+    return "pause; " + parked.tasks + " parked on the broker" + (values ? " (" + values + ")" : "");
   }
   const parts = [];
   if (h.rate !== undefined && h.rate !== null) parts.push(h.rate + "/s" + (h.cost ? " of " + h.cost : ""));
@@ -113,7 +115,7 @@ function render(doc) {
     (doc.restored ? " · restored by " + doc.restored.by + " at " + when(doc.restored.at) +
       ": " + doc.restored.lost : "");
   const usage = Object.fromEntries(doc.limits.map((u) => [u.id, u]));
-  const parked = Object.fromEntries((doc.parked || []).map((p) => [p.hold, p.tasks]));
+  const parked = Object.fromEntries((doc.parked || []).map((p) => [p.hold, p]));
   const turns = {};
   for (const t of doc.turns || []) turns[t.hold] = (turns[t.hold] || 0) + (t.tasks || 0);
   fill("holds", doc.holds.map((h) => [

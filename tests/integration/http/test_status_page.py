@@ -20,7 +20,7 @@ from celery_pause.stores import store_for
 from support.admin import TOKEN, admin_server
 from support.harness import Cluster
 from support.holds import ramps
-from support.proj import make_app
+from support.proj import RECORD_TASK, make_app
 
 CHROMIUM_ARGS = [
     "--headless",
@@ -247,4 +247,35 @@ def test_the_status_page_throttles_and_shows_the_limit(redis_cluster: Cluster, p
                 r"adaptive: now 1\d\d\.\d/s \(last cut [0-9T:-]+Z: 429 from the API\); up to 200/s"
             ),
             timeout=WAIT_MS,
+        )
+
+
+def test_the_status_page_shows_a_paused_tenants_parked_tasks_per_tenant(
+    redis_cluster: Cluster, page: Any
+) -> None:
+    from playwright.sync_api import expect
+
+    # Given a producer that parks at send, and tenants A and C paused
+    app = make_app(
+        namespace=redis_cluster.namespace,
+        broker=redis_cluster.broker,
+        store=redis_cluster.store_url,
+        pause_labels={"tenant": "tenant_id"},
+        pause_park_at_send=True,
+    )
+    celery_pause.install(app)
+    celery_pause.pause(app, labels=["tenant=A", "tenant=C"])
+
+    # When 7 tasks of A and 3 of C are sent (to their parking queues, no worker needed)
+    for tenant, count in (("A", 7), ("C", 3)):
+        for i in range(count):
+            app.send_task(RECORD_TASK, args=(f"{tenant}{i}", 0.0), kwargs={"tenant_id": tenant})
+
+    # Then the page shows the pause with what is parked of each tenant
+    with admin_server(app) as url:
+        page.goto(url + "/")
+        page.fill("#token", TOKEN)
+        page.click("#token-button")
+        expect(page.locator("#holds tbody tr")).to_contain_text(
+            "pause; 10 parked on the broker (A 7, C 3)", timeout=WAIT_MS
         )

@@ -11,8 +11,10 @@ from typing import Any
 import pytest
 
 import celery_pause
-from celery_pause.api.depths import queue_depths
-from celery_pause.model.parking import PARKED_HEADER, Marker, parking_queue
+from celery_pause.api.document import overview
+from celery_pause.cli.render import status_lines
+from celery_pause.http.backlog import render_backlog
+from celery_pause.model.parking import PARKED_HEADER, Marker, value_queue
 from celery_pause.settings import config_for
 from celery_pause.worker.parking import copy_connection, parked_queue, publish_copy
 from support.cells import TWO_CELLS, cell_cluster
@@ -35,8 +37,8 @@ def send(cluster: Cluster, tenant: str, tag: str, **options: Any) -> str:
 
 
 def parked(cluster: Cluster, hold: str) -> int:
-    name = parking_queue(config_for(cluster.app).key_prefix, hold)
-    return queue_depths(cluster.app, [name])[name] or 0
+    """The tasks parked under ``hold``, as ``pause status`` counts them."""
+    return overview(cluster.app).parked.get(hold) or 0
 
 
 def accounted(cluster: Cluster, hold: str, workers: list[Worker], sent: int) -> list[int] | None:
@@ -80,6 +82,49 @@ def test_a_paused_tenants_backlog_is_parked_and_comes_back_in_order_once(
     assert max(first) <= min(last), "a task sent late started before one sent early"
 
 
+def test_a_pause_of_two_tenants_counts_each_ones_parked_tasks_and_brings_both_back(
+    cell: tuple[Cluster, str],
+) -> None:
+    # Given a worker that holds at most 10 tasks, and tenants A and C paused together
+    cluster, pool = cell
+    worker = cluster.worker("w1", pool=pool, concurrency=2)
+    worker.wait_applied()
+    hold = celery_pause.pause(cluster.app, labels=["tenant=A", "tenant=C"], wait=True).hold.id
+
+    # When 120 tasks of A, 40 of C and 5 of B are sent
+    a_ids = [send(cluster, "A", f"A{i:03}") for i in range(120)]
+    c_ids = [send(cluster, "C", f"C{i:03}") for i in range(40)]
+    b_ids = [send(cluster, "B", f"B{i}") for i in range(5)]
+
+    # Then status counts what is parked of each tenant, in text, JSON and metrics alike
+    wait_for(lambda: len(cluster.records()) >= 5, timeout=60, what="B's tasks")
+    wait_for(lambda: accounted(cluster, hold, [worker], 160), timeout=60, what="A and C parked")
+    view = overview(cluster.app)
+    values = dict(view.parked_values[hold])
+    assert set(values) == {"A", "C"} and sum(n or 0 for n in values.values()) == view.parked[hold]
+    assert values["A"] >= 120 - MAX_HELD and values["C"] >= 40 - MAX_HELD
+    entry = next(e for e in view.to_json()["parked"] if e["hold"] == hold)
+    assert entry["values"] == [{"value": v, "tasks": n} for v, n in values.items()]
+    text = "\n".join(status_lines(view))
+    assert f"{view.parked[hold]} task(s) of hold {hold} parked" in text
+    assert f'"A" {values["A"]}, "C" {values["C"]}' in text
+    metrics = render_backlog(view)[0].decode()
+    assert f'celery_pause_parked{{hold="{hold}"}} {float(view.parked[hold])}' in metrics
+    assert f'celery_pause_parked_value{{hold="{hold}",value="C"}} {float(values["C"])}' in metrics
+
+    # When both are resumed, Then every task ran once, each tenant's in the order sent
+    celery_pause.resume(cluster.app)
+    records = cluster.wait_records(165, timeout=120)
+    assert sorted(r["id"] for r in records) == sorted(a_ids + c_ids + b_ids)
+    assert parked(cluster, hold) == 0
+    for tenant, count in (("A", 120), ("C", 40)):
+        starts = [
+            r["started"] for r in sorted(records, key=lambda r: r["tag"]) if r["tag"][0] == tenant
+        ]
+        assert len(starts) == count
+        assert max(starts[: count // 3]) <= min(starts[-(count // 3) :]), f"{tenant} out of order"
+
+
 def test_a_task_id_moved_twice_runs_once(cell: tuple[Cluster, str]) -> None:
     # Given tenant A paused, and a worker that holds at most 10 tasks
     cluster, pool = cell
@@ -105,8 +150,9 @@ def test_a_task_id_moved_twice_runs_once(cell: tuple[Cluster, str]) -> None:
 
 
 def copy_parked(cluster: Cluster, hold: str) -> str:
-    """Publish a second copy (a new copy id) of the oldest parked message; its task id."""
-    name = parking_queue(config_for(cluster.app).key_prefix, hold)
+    """Publish a second copy (a new copy id) of the oldest message of tenant A parked; its
+    task id."""
+    name = value_queue(config_for(cluster.app).key_prefix, hold, "A")
     with copy_connection(cluster.app) as conn:
         queue = parked_queue(name)(conn.channel())
         message = queue.get(no_ack=False)

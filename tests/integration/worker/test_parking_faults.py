@@ -11,10 +11,7 @@ from pathlib import Path
 import pytest
 
 import celery_pause
-from celery_pause.api.depths import queue_depths
 from celery_pause.api.document import overview
-from celery_pause.model.parking import parking_queue
-from celery_pause.settings import config_for
 from celery_pause.stores import store_for
 from support.harness import AMQP_BROKER, REDIS_BROKER, Cluster, Worker, wait_for
 from support.redis_server import RedisServer
@@ -30,8 +27,8 @@ RESTORING = {  # Redis gives a dead worker's unacknowledged messages back after 
 
 
 def parked(cluster: Cluster, hold: str) -> int:
-    name = parking_queue(config_for(cluster.app).key_prefix, hold)
-    return queue_depths(cluster.app, [name])[name] or 0
+    """The tasks parked under ``hold``, as ``pause status`` counts them."""
+    return overview(cluster.app).parked.get(hold) or 0
 
 
 def send_a(cluster: Cluster, count: int) -> list[str]:

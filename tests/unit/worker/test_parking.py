@@ -11,6 +11,7 @@ from celery import Celery
 from celery.worker.request import Request
 from hypothesis import given, settings
 
+from celery_pause.model import parking as parking_module
 from celery_pause.model.outcome import Outcome
 from celery_pause.model.parking import (
     MIN_MAX_HELD,
@@ -25,8 +26,11 @@ from celery_pause.model.parking import (
     max_held_for,
     named,
     parked_at,
+    parked_values,
     parking_queue,
     parking_queues,
+    value_parked,
+    value_queue,
 )
 from celery_pause.model.scope import Scope, Target
 from celery_pause.model.state import Hold
@@ -210,6 +214,54 @@ def test_the_registry_names_marks_lifted_and_forgets_each_parking_queue() -> Non
     assert parking_queues(store.read_record(REGISTRY)) == {}
     assert parked_at(store.read_record(REGISTRY)) is not None  # claims still needed a while
     assert parking_queues({"queues": {"h": {"queue": 7}, "g": "x"}}) == {}
+
+
+def test_a_pause_by_label_names_a_queue_per_value_up_to_the_bound_and_keeps_them_when_lifted(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    store = MemoryStore("memory://registry", uuid.uuid4().hex)
+    own = parking_queue("p", "h1")
+
+    def park(value: str) -> Any:
+        return store.update_record(
+            REGISTRY, value_parked("h1", own, value, value_queue("p", "h1", value))
+        )
+
+    # Each value is given a queue of its own, named once; the hold's own queue is named too
+    assert park("A").result == value_queue("p", "h1", "A")
+    assert not park("A").changed
+    assert park("C").result == value_queue("p", "h1", "C")
+    record = store.read_record(REGISTRY)
+    assert parking_queues(record) == {"h1": own}
+    assert parked_values(record, "h1") == {
+        "A": value_queue("p", "h1", "A"),
+        "C": value_queue("p", "h1", "C"),
+    }
+
+    # Past the bound, a new value shares the hold's own queue; a named one keeps its own
+    monkeypatch.setattr(parking_module, "MAX_PARKED_VALUES", 2)
+    assert park("D").result == own
+    assert park("A").result == value_queue("p", "h1", "A")
+    assert set(parked_values(store.read_record(REGISTRY), "h1")) == {"A", "C"}
+
+    # Lifted, or named again by a late park, the values' queues are kept (they hold messages)
+    store.update_record(REGISTRY, lifted("h1", own))
+    assert set(parked_values(store.read_record(REGISTRY), "h1")) == {"A", "C"}
+    store.update_record(REGISTRY, named("h1", own))
+    assert set(parked_values(store.read_record(REGISTRY), "h1")) == {"A", "C"}
+    store.update_record(REGISTRY, forgotten("h1"))
+    assert parked_values(store.read_record(REGISTRY), "h1") == {}
+    assert parked_values({"queues": {"h1": {"queue": own, "values": {"A": 7, 3: "q"}}}}, "h1") == {}
+
+
+def test_a_value_queue_is_named_after_the_hold_and_the_value_and_never_shared() -> None:
+    assert value_queue("celery-pause:proj", "h1", "acme").startswith(
+        "celery-pause:proj.parked.h1.acme."
+    )
+    assert value_queue("p", "h1", "a b") != value_queue("p", "h1", "a_b")
+    assert set(value_queue("p", "h1", "x/\n\x00é")) <= set(
+        "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.:-"
+    )
 
 
 def test_a_sweep_deletes_the_expired_claims_and_keeps_those_in_force() -> None:
