@@ -175,13 +175,13 @@ class Unparking(threading.Thread):
         self._seen &= live
         for hold, queue in lifted.items():
             queues = self._queues_of(record, hold, queue)
-            if hold not in named and all(self._empty(each) for each in queues):
+            if hold not in named and self._empty(*queues):
                 continue  # a pause seen here that parked nothing
             lease = f"unpark:{hold}"
             if not self.store.acquire_lease(lease, self.hostname, LEASE):
                 continue
             try:
-                moved += sum(self._bring_back(each, lease) for each in queues)
+                moved += self._bring_back(queues, lease)
                 self._retire(hold, queues, snapshot.now)
             finally:
                 self.store.release_lease(lease, self.hostname)
@@ -224,11 +224,11 @@ class Unparking(threading.Thread):
         for hold in fair_holds(record):
             if hold in live or not self.store.acquire_lease(f"unpark:{hold}", self.hostname, LEASE):
                 continue
-            queues = fair_queues(record, hold).values()
+            queues = list(fair_queues(record, hold).values())
             try:
-                moved += sum(self._bring_back(queue, f"unpark:{hold}") for queue in queues)
+                moved += self._bring_back(queues, f"unpark:{hold}")
                 since = self.store.update_record(FAIR_REGISTRY, fair_lifted(hold)).result
-                if now - since >= GRACE and all(self._empty(queue) for queue in queues):
+                if now - since >= GRACE and self._empty(*queues):
                     with copy_connection(self.app) as conn:
                         for queue in queues:
                             parked_queue(queue)(conn.channel()).delete(if_empty=True)  # type: ignore[no-untyped-call]
@@ -261,20 +261,25 @@ class Unparking(threading.Thread):
             swept += self.store.update_record(key, _expired).result
         return swept
 
-    def _empty(self, queue: str) -> bool:
+    def _empty(self, *queues: str) -> bool:
+        """Whether every one of ``queues`` is empty (one connection for all)."""
         with copy_connection(self.app) as conn:
-            return waiting(conn, queue) == 0
+            return all(waiting(conn, queue) == 0 for queue in queues)
 
-    def _bring_back(self, queue: str, lease: str) -> int:
+    def _bring_back(self, queues: Iterable[str], lease: str) -> int:
+        """Bring ``queues`` back one after the other (one connection for all); how many."""
+        moved = 0
         with copy_connection(self.app) as conn:
-            if waiting(conn, queue) == 0:
-                return 0
-            if moves_in_batches(conn):
-                moved = self._bring_back_batches(conn, queue, lease)
-            else:
-                moved = self._bring_back_each(conn, queue, lease)
-        if moved:
-            logger.info("celery-pause: brought %d parked task(s) back from %s", moved, queue)
+            for queue in queues:
+                if waiting(conn, queue) == 0:
+                    continue
+                if moves_in_batches(conn):
+                    done = self._bring_back_batches(conn, queue, lease)
+                else:
+                    done = self._bring_back_each(conn, queue, lease)
+                if done:
+                    logger.info("celery-pause: brought %d parked task(s) back from %s", done, queue)
+                moved += done
         return moved
 
     def _bring_back_batches(self, conn: Connection, queue: str, lease: str) -> int:
