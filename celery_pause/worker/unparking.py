@@ -101,6 +101,8 @@ class Unparking(threading.Thread):
         began (``time.monotonic()``)."""
         self._changed = float("-inf")
         """``time.monotonic()`` this thread last changed the parking record."""
+        self._known: dict[str, dict[str, None]] = {}
+        """The label values' queues of each pause, as the records read here named them."""
         self._wake = threading.Event()
         self._stopped = threading.Event()
         self.feeding = Feeding(
@@ -159,6 +161,10 @@ class Unparking(threading.Thread):
         """
         record = self._registry_now()
         named = parking_queues(record)
+        for hold in named:  # remembered: a store that loses its record forgets them
+            self._known.setdefault(hold, {}).update(
+                dict.fromkeys(parked_values(record, hold).values())
+            )
         holds = tuple(self._holds())
         fair = self.store.read_record(FAIR_REGISTRY) if self._reads_turns(holds) else None
         self._turns = frozenset(fair_holds(fair))  # not read: the last read named none
@@ -174,7 +180,7 @@ class Unparking(threading.Thread):
         lifted.update({hold: queue for hold, queue in named.items() if hold not in live})
         self._seen &= live
         for hold, queue in lifted.items():
-            queues = self._queues_of(record, hold, queue)
+            queues = self.queues_of(record, hold, queue)
             if hold not in named and self._empty(*queues):
                 continue  # a pause seen here that parked nothing
             lease = f"unpark:{hold}"
@@ -185,12 +191,19 @@ class Unparking(threading.Thread):
                 self._retire(hold, queues, snapshot.now)
             finally:
                 self.store.release_lease(lease, self.hostname)
+        kept = set(named) | live
+        self._known = {hold: queues for hold, queues in self._known.items() if hold in kept}
         return moved
 
-    def _queues_of(self, record: Record | None, hold: str, queue: str) -> list[str]:
+    def queues_of(self, record: Record | None, hold: str, queue: str) -> list[str]:
         """The parking queues of ``hold``: its own (``queue``), then those of its label values
-        that the store's record names or this worker named (a store may have lost them)."""
-        values = [*parked_values(record, hold).values(), *self.parking.registry.values_of(hold)]
+        that the store's ``record`` names, that the records read before named, or that this
+        worker named (a store may have lost its record)."""
+        values = [
+            *parked_values(record, hold).values(),
+            *self._known.get(hold, ()),
+            *self.parking.registry.values_of(hold),
+        ]
         return list(dict.fromkeys([queue, *values]))
 
     def _registry_now(self) -> Record | None:

@@ -254,6 +254,21 @@ def test_a_pause_by_label_names_a_queue_per_value_up_to_the_bound_and_keeps_them
     assert parked_values({"queues": {"h1": {"queue": own, "values": {"A": 7, 3: "q"}}}}, "h1") == {}
 
 
+def test_the_value_queues_a_record_named_are_remembered_when_the_store_forgets_it() -> None:
+    # Given a worker that read the parking record naming tenant A's queue of pause h1
+    store = MemoryStore("memory://remembered", uuid.uuid4().hex)
+    unparking = unparking_of(parking(store))
+    own, queue_a = parking_queue("p", "h1"), value_queue("p", "h1", "A")
+    store.update_record(REGISTRY, value_parked("h1", own, "A", queue_a))
+    unparking.tick()
+
+    # When the store forgets the record, Then the worker still brings A's queue back with h1's
+    store.update_record(REGISTRY, lambda current, now: Outcome({}, None))
+    assert store.read_record(REGISTRY) is None
+    assert unparking.queues_of(None, "h1", own) == [own, queue_a]
+    assert unparking.queues_of(None, "h2", parking_queue("p", "h2")) == [parking_queue("p", "h2")]
+
+
 def test_a_value_queue_is_named_after_the_hold_and_the_value_and_never_shared() -> None:
     assert value_queue("celery-pause:proj", "h1", "acme").startswith(
         "celery-pause:proj.parked.h1.acme."
