@@ -25,6 +25,7 @@ from .errors import (
     PauseTimeout,
     SchemaError,
     StoreError,
+    UnreadableRecord,
 )
 from .history import HistoryEntry, format_history, history
 from .model.limit import Limit
@@ -61,6 +62,7 @@ __all__ = (
     "Scope",
     "StoreError",
     "ThrottleResult",
+    "UnreadableRecord",
     "WorkerReport",
     "breaker_status",
     "breaker_statuses",

@@ -40,6 +40,11 @@ class StoreError(PauseError):
     """The pause store could not be read or written."""
 
 
+class UnreadableRecord(StoreError):
+    """A store record is not the JSON object it should be (damaged, or written by another
+    program)."""
+
+
 class SchemaError(StoreError):
     """The store's tables have a layout (schema version) this release cannot use."""
 

@@ -9,15 +9,16 @@ returns.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from celery import Celery
 
 from ..breaker.status import BreakerStatus, breaker_statuses
+from ..errors import UnreadableRecord
 from ..history import HistoryEntry, history
 from ..model.fair import FAIR_REGISTRY, fair_queues
-from ..model.parking import REGISTRY, parked_values, parking_queue
+from ..model.parking import REGISTRY, Record, parked_values, parking_queue
 from ..model.ramp import ramp_json
 from ..model.report import LOST
 from ..model.report import PAUSED as WORKER_PAUSED
@@ -25,7 +26,7 @@ from ..model.scope import Target, label_names
 from ..model.state import Hold, PauseState
 from ..model.windows import Window
 from ..settings import config_for
-from ..stores import store_for
+from ..stores import Store, store_for
 from .depths import queue_depths
 from .results import ClusterStatus
 from .status import status
@@ -117,14 +118,17 @@ def overview(
     by_label = [h.id for h in current.holds if h.pauses and label_names(h.scope)]
     fair = [h.id for h in current.holds if h.limit is not None and h.limit.fair is not None]
     store = store_for(app)
-    parked_record = store.read_record(REGISTRY) if by_label else None
+    unread: list[str] = []
+    parked_record = (
+        _readable(store, REGISTRY, unread, "parked per label value") if by_label else None
+    )
     values = {hold: parked_values(parked_record, hold) for hold in by_label}
-    registry = store.read_record(FAIR_REGISTRY) if fair else None
+    registry = _readable(store, FAIR_REGISTRY, unread, "waiting for turns") if fair else None
     turns = {hold: fair_queues(registry, hold) for hold in fair}
     named = [queue for each in (*turns.values(), *values.values()) for queue in each.values()]
     found = read_depths(sorted({*queues, *parking.values(), *named}))
     return Overview(
-        status=current,
+        status=replace(current, store_warnings=(*current.store_warnings, *unread)),
         depths={name: found.get(name) for name in queues},
         parked={
             hold: _total([queue, *values.get(hold, {}).values()], found)
@@ -138,6 +142,16 @@ def overview(
             WindowStatus.of(window, current.state, current.now) for window in config.windows
         ),
     )
+
+
+def _readable(store: Store, key: str, unread: list[str], shown: str) -> Record | None:
+    """Record ``key``; ``None`` if it cannot be read as one, with a warning in ``unread``
+    that the tasks it counts (``shown``) are not shown."""
+    try:
+        return store.read_record(key)
+    except UnreadableRecord as exc:
+        unread.append(f"{exc}: the tasks {shown} are not shown"[:300])
+        return None
 
 
 def most_waiting(queues: Mapping[str, str], depths: Depths) -> Depths:
@@ -198,6 +212,7 @@ def status_json(
         "restored": None if status.state.restored is None else status.state.restored.to_json(),
         "now": status.now,
         "store": status.store,
+        "store_warnings": list(status.store_warnings),
         "holds": [hold.to_json() for hold in status.holds],
         "limits": [
             {"id": hold.id, **status.usage[hold.id].to_json()}

@@ -91,7 +91,8 @@ class ClusterStatus:
         return bool(self.queues) and all(paused.covers(Target(queue=q)) for q in self.queues)
 
     store_warnings: tuple[str, ...] = ()
-    """What may make the store lose the state (a Redis eviction policy)."""
+    """What may make the store lose the state (a Redis eviction policy), and the records that
+    could not be read (what they would show is left out)."""
     usage: Mapping[str, Usage] = field(default_factory=dict)
     """How much of each active limit is used, by hold id."""
 

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from celery import Celery
 
+from ..errors import UnreadableRecord
 from ..model.adaptive import adapt_key
-from ..model.limit import Record
+from ..model.limit import Limit, Record
 from ..model.limit_keys import rate_key, records_prefix, slots_key
 from ..model.report import known
 from ..model.state import PauseState
@@ -37,6 +38,7 @@ def status(app: Celery) -> ClusterStatus:
     config = config_for(app)
     snapshot, reports = store.read_with_reports()
     state = in_force(config, snapshot)
+    used, unread = usage(store, state, snapshot.now)
     return ClusterStatus(
         state=state,
         now=snapshot.now,
@@ -46,29 +48,37 @@ def status(app: Celery) -> ClusterStatus:
         ),
         store=store.display_url,
         queues=tuple(app.amqp.queues),
-        store_warnings=tuple(store.warnings()),
-        usage=usage(store, state, snapshot.now),
+        store_warnings=(*store.warnings(), *unread),
+        usage=used,
     )
 
 
-def usage(store: Store, state: PauseState, now: float) -> dict[str, Usage]:
+def usage(store: Store, state: PauseState, now: float) -> tuple[dict[str, Usage], list[str]]:
     """How much of each active limit the cluster uses, by hold id (of a limit per label:
-    how many values use it, and the busiest)."""
-    return {
-        hold.id: (
-            Usage.of(
-                hold.limit,
-                store.read_record(slots_key(hold.id)) if hold.limit.concurrency else None,
-                store.read_record(rate_key(hold.id)) if hold.limit.rate else None,
-                now,
-                store.read_record(adapt_key(hold.id)) if hold.limit.adaptive else None,
-            )
-            if hold.limit.per is None
-            else Usage.of_partitions(hold.limit, partition_records(store, hold.id), now)
-        )
-        for hold in state.limits(now)
-        if hold.limit is not None and not hold.ramp
-    }
+    how many values use it, and the busiest); and a warning for each limit whose records
+    cannot be read (its use is left out; the limit stays in force)."""
+    used: dict[str, Usage] = {}
+    unread: list[str] = []
+    for hold in state.limits(now):
+        if hold.limit is None or hold.ramp:
+            continue
+        try:
+            used[hold.id] = _usage_of(store, hold.id, hold.limit, now)
+        except (UnreadableRecord, TypeError, ValueError) as exc:
+            unread.append(f"limit {hold.id}: its use is not shown: {exc}"[:300])
+    return used, unread
+
+
+def _usage_of(store: Store, hold_id: str, limit: Limit, now: float) -> Usage:
+    if limit.per is not None:
+        return Usage.of_partitions(limit, partition_records(store, hold_id), now)
+    return Usage.of(
+        limit,
+        store.read_record(slots_key(hold_id)) if limit.concurrency else None,
+        store.read_record(rate_key(hold_id)) if limit.rate else None,
+        now,
+        store.read_record(adapt_key(hold_id)) if limit.adaptive else None,
+    )
 
 
 def partition_records(store: Store, hold_id: str) -> dict[str, Record]:

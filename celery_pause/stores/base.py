@@ -13,7 +13,7 @@ from typing import Any, Generic
 
 from kombu.utils.url import sanitize_url
 
-from ..errors import ConfigurationError, InvalidInput, StoreError
+from ..errors import ConfigurationError, InvalidInput, StoreError, UnreadableRecord
 from ..model.outcome import Outcome
 from ..model.report import WorkerReport
 from ..model.state import PauseState
@@ -315,15 +315,16 @@ def encode_record(record: dict[str, Any]) -> bytes:
 
 
 def decode_record(key: str, raw: bytes | str | None) -> dict[str, Any] | None:
-    """A stored record; :class:`StoreError` if it is not a JSON object (never dropped)."""
+    """A stored record; :class:`~celery_pause.errors.UnreadableRecord` if it is not a JSON
+    object (never dropped)."""
     if raw is None:
         return None
     try:
         value = json.loads(raw)
     except (ValueError, RecursionError) as exc:
-        raise StoreError(f"record {key!r} is unreadable: {exc}"[:300]) from None
+        raise UnreadableRecord(f"record {key!r} is unreadable: {exc}"[:300]) from None
     if not isinstance(value, dict):
-        raise StoreError(f"record {key!r} is not a JSON object but {type(value).__name__}")
+        raise UnreadableRecord(f"record {key!r} is not a JSON object but {type(value).__name__}")
     return value
 
 

@@ -114,6 +114,8 @@ function render(doc) {
     "generation " + doc.generation + " · updated " + when(doc.now) +
     (doc.restored ? " · restored by " + doc.restored.by + " at " + when(doc.restored.at) +
       ": " + doc.restored.lost : "");
+  document.getElementById("warnings").textContent =
+    (doc.store_warnings || []).map((w) => "Store: WARNING " + w).join(" · ");
   const usage = Object.fromEntries(doc.limits.map((u) => [u.id, u]));
   const parked = Object.fromEntries((doc.parked || []).map((p) => [p.hold, p]));
   const turns = {};

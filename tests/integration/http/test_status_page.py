@@ -15,8 +15,10 @@ from celery.schedules import crontab
 
 import celery_pause
 from celery_pause.model.adaptive import adapt_key, overload
+from celery_pause.model.limit_keys import slots_key
 from celery_pause.model.scope import Target
 from celery_pause.stores import store_for
+from celery_pause.stores.redis import RedisStore
 from support.admin import TOKEN, admin_server
 from support.harness import Cluster
 from support.holds import ramps
@@ -248,6 +250,16 @@ def test_the_status_page_throttles_and_shows_the_limit(redis_cluster: Cluster, p
             ),
             timeout=WAIT_MS,
         )
+
+        # And a limit whose slots record someone damaged is listed, its use warned about
+        store = store_for(redis_cluster.app)
+        assert isinstance(store, RedisStore)
+        store.client.set(store.record_key(slots_key(hold.id)), b"{damaged")
+        expect(page.locator("#warnings")).to_contain_text(
+            f"Store: WARNING limit {hold.id}: its use is not shown: record", timeout=WAIT_MS
+        )
+        expect(page.locator("#holds")).to_contain_text("5/s, at most 2 running")
+        expect(page.locator("#state")).to_have_text("RUNNING")
 
 
 def test_the_status_page_shows_a_paused_tenants_parked_tasks_per_tenant(

@@ -13,10 +13,15 @@ import celery_pause
 from celery_pause import api
 from celery_pause.control import notify_workers
 from celery_pause.errors import PauseTimeout
-from celery_pause.model.scope import EVERYTHING, Scope
+from celery_pause.model.fair import FAIR_REGISTRY
+from celery_pause.model.limit_keys import records_prefix, slots_key
+from celery_pause.model.parking import REGISTRY
+from celery_pause.model.scope import EVERYTHING, Scope, Target
 from celery_pause.model.state import UNREADABLE, Hold, PauseState
 from celery_pause.settings import config_for
 from celery_pause.stores import store_for
+from celery_pause.stores.redis import RedisStore
+from support.cli import pause, status_doc
 from support.harness import REDIS_BROKER, Cluster, Worker, wait_for
 
 
@@ -156,6 +161,53 @@ def test_damaged_worker_reports_are_skipped_and_waiting_still_works(
         assert [r.hostname for r in status.workers] == [worker.hostname]
         assert [r.hostname for r in result.workers] == [worker.hostname]
         worker.check_alive()
+    finally:
+        cluster.close()
+
+
+@pytest.mark.parametrize(
+    "damage",
+    [b"{not json", b"[1, 2]", b'{"slots": 3, "tat": "soon", "holds": 7}'],
+    ids=["cut", "a-list", "foreign-fields"],
+)
+def test_status_shows_the_rest_and_names_each_damaged_record(
+    tmp_path: Path, store_client: redis.Redis, damage: bytes
+) -> None:
+    # Given a pause by tenant, a fair limit, a limit of 2 at once and one of 1 per tenant ...
+    cluster = Cluster(broker=REDIS_BROKER, tmp=tmp_path, pause_labels={"tenant": "tenant_id"})
+    try:
+        app = cluster.app
+        celery_pause.pause(app, labels=["tenant=A"], notify=False)
+        fair = celery_pause.throttle(app, fair="tenant", queues=["q1"], notify=False).hold
+        limit = celery_pause.throttle(app, concurrency=2, queues=["q2"], notify=False).hold
+        per = celery_pause.throttle(app, concurrency=1, per="tenant", queues=["q3"], notify=False)
+        store = store_for(app)
+        assert isinstance(store, RedisStore)
+        # ... and each record they keep beside the state damaged
+        damaged = [REGISTRY, FAIR_REGISTRY, slots_key(limit.id)]
+        damaged.append(records_prefix(per.hold.id) + "abc:slots")
+        for key in damaged:
+            store_client.set(store.record_key(key), damage)
+
+        # When the status is asked for, as text and as JSON
+        text = pause(cluster, "status")
+        doc = status_doc(cluster)
+
+        # Then both show every hold, and a warning for each limit whose use is not shown ...
+        assert text.exit_code == 0, text.output
+        assert [h["id"] for h in doc["holds"]] == [h.id for h in celery_pause.status(app).holds]
+        assert len(doc["holds"]) == 4
+        assert {u["id"] for u in doc["limits"]} == {fair.id}
+        warned = "\n".join(doc["store_warnings"])
+        for hold in (limit, per.hold):
+            assert f"limit {hold.id}: its use is not shown" in warned
+        assert text.output.count("WARNING") == len(doc["store_warnings"])
+        if damage.startswith(b"{not"):  # ... and one for each record no longer JSON
+            for key in (REGISTRY, FAIR_REGISTRY):
+                assert f"record {key!r} is unreadable" in warned
+        # ... the pause still holds, and the damaged records are left as they were
+        assert celery_pause.status(app).paused.touches(Target(label=("tenant=A",)))
+        assert all(store_client.get(store.record_key(key)) == damage for key in damaged)
     finally:
         cluster.close()
 

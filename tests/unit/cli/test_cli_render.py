@@ -226,12 +226,12 @@ def test_status_json_schema() -> None:
     # Then every documented key is there with its type
     assert set(doc) == {
         "schema", "state", "paused_queues", "since", "generation", "restored", "now", "store",
-        "holds", "limits", "scheduled", "ramps", "windows", "workers", "totals", "queues",
-        "breakers",
+        "store_warnings", "holds", "limits", "scheduled", "ramps", "windows", "workers", "totals",
+        "queues", "breakers",
     }  # fmt: skip
     assert doc["breakers"] == [] and doc["scheduled"] == [] and doc["windows"] == []
     assert doc["limits"] == []
-    assert doc["ramps"] == [] and doc["restored"] is None
+    assert doc["ramps"] == [] and doc["restored"] is None and doc["store_warnings"] == []
     assert doc["schema"] == 2
     assert doc["state"] == "PARTIAL"
     assert doc["paused_queues"] == ["emails"]
