@@ -148,7 +148,8 @@ class StoreSync(threading.Thread):
 
     def publish_now(self) -> None:
         """The loop applied a change: publish the report at once."""
-        self._wake.set()
+        if not self._wake.is_set():  # set already: the thread wakes for this too
+            self._wake.set()
 
     def listen(self) -> bool:
         """Have the store's notifications (``pause_store_notify``) call :meth:`refresh`;
@@ -192,8 +193,8 @@ class StoreSync(threading.Thread):
                 if time.monotonic() >= self._lease_end:
                     self._lease_end = float("inf")
                     self.worker.fence()
-                self._publish(self.state.snapshot())
                 snapshot = self.state.snapshot()
+                self._publish(snapshot)
                 self._maybe_return_expired(snapshot)
                 timeout = self._timeout(snapshot, next_read)
                 paced = self._pace()
