@@ -124,8 +124,9 @@ class WorkerReport:
     def urgent(self) -> tuple[Any, ...]:
         """What a new report must say at once when it changes (the rest waits for the
         heartbeat, or :meth:`counts` for two seconds): the generation, the tasks running in
-        scope, whether any are held or wait, and the breakers served."""
-        return (self.generation, self.running, self.held > 0, self.waiting > 0, self.breakers)
+        scope, whether any are held, and the breakers served. Whether any wait for a limit is
+        a count: under a limit it changes at every start, and nothing waits on it."""
+        return (self.generation, self.running, self.held > 0, self.breakers)
 
     def counts(self) -> tuple[int, int]:
         """How many are held and wait: said within two seconds of a change (under a limit they
