@@ -82,16 +82,19 @@ class LimitKeeper:
             for gone in retired:
                 self._retire(gone)
             # a partition of a limit per label with requests waiting and no slot: the other
-            # partitions give their ended tasks' slots back, and the longest without a slot
-            # asks first, so one tenant's backlog never keeps the pool's room from the rest
+            # partitions set their ended tasks' slots aside, the longest without a slot asks
+            # first, and they give back the room it took, so one tenant's backlog never keeps
+            # the pool's room from the rest (and a slot is not given back only to be taken
+            # again when the store refuses them all)
             short = {p.family for p in permits if p.value is not None and p.short_of_slots()}
             held = Counter[str]()
             for p in permits:
                 earned = self._finish(p, share=p.family in short) or earned
-                held[p.family] += p.slots_held()
+                held[p.family] += p.slots_held() - p.spares  # the room set aside is free
             self._look_again(permits, held)
             for p in sorted(permits, key=lambda p: p.granted):
                 earned = self._earn(p, held) or earned
+            earned = self._settle_spares(permits, held) or earned
         except StoreError as exc:
             self._errors.error("celery-pause: limits: %s; the limited tasks wait", exc)
             failed = True
@@ -111,15 +114,32 @@ class LimitKeeper:
             logger.warning("celery-pause: could not give back limit slots: %s", exc)
 
     def _finish(self, permits: Permits, *, share: bool) -> bool:
-        """Give back the slots of one limit's ended tasks (or keep them for its next waiting
-        ones, unless it must ``share`` the room); whether one was kept for a waiting task."""
+        """Give back the slots of one limit's ended tasks, or keep them for its next waiting
+        ones (set aside if it must ``share`` the room: :meth:`_settle_spares`); whether one
+        was kept for a waiting task."""
         # A slot not renewed for a while may have expired in the store (and been taken
         # by another worker): it is not used again before a renewal confirms it.
         # Nor is one of an adaptive limit: the level may have been cut since it was taken.
-        reuse = self._fresh(permits) and not share and not permits.limit.adaptive
-        kept, freed = permits.ended(_running, reuse=reuse)
+        reuse = self._fresh(permits) and not permits.limit.adaptive
+        kept, freed = permits.ended(_running, reuse=reuse, share=share)
         self._give_back(permits, freed)
         return kept
+
+    def _settle_spares(self, permits: Iterable[Permits], held: Counter[str]) -> bool:
+        """After the other partitions asked: give back the slots set aside that the room
+        they took needs, the partition served last first, and keep the rest for the
+        requests waiting (:meth:`Permits.settle_spares`); whether one was kept."""
+        kept_any = False
+        for p in sorted(permits, key=lambda p: p.granted, reverse=True):
+            spares = p.spares
+            if not spares:
+                continue
+            over = held[p.family] + spares - self.pool_size
+            kept, back = p.settle_spares(max(0, over))
+            self._give_back(p, back)
+            held[p.family] += spares - len(back)
+            kept_any = kept_any or kept
+        return kept_any
 
     def _fresh(self, permits: Permits) -> bool:
         """Whether the slots of ``permits`` were renewed recently enough to be live in the

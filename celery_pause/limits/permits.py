@@ -15,7 +15,6 @@ passed while the gate did not look (the worker stalled) is dropped once later th
 
 from __future__ import annotations
 
-import random
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -27,21 +26,7 @@ from ..model.adaptive import Cut
 from ..model.limit import HORIZON, Limit, lateness, run_length
 from ..model.scope import Scope, Target
 from ..model.state import Hold
-
-ENDED_CHECK = 0.01
-"""Seconds between two looks for ended tasks while this worker holds slots in use."""
-BOOKING_SPREAD = 4
-"""After ``n`` asks in a row that booked nothing, the next waits a random part of up to
-``min(n, BOOKING_SPREAD)`` quarters of the horizon more."""
-SLOT_CHECK = (0.05, 0.1)
-"""Seconds between two asks for a slot while tasks wait for one and this worker has none:
-from the first, doubled at each ask that got none, up to the second."""
-SLOT_CHECK_HOLDING = 0.5
-"""The most seconds between two such asks while this worker holds slots of the limit."""
-ASK_GRID = SLOT_CHECK[1]
-"""Seconds apart of the times a refused ask for a slot is made again: a worker's limits refused
-ask together (one read), each worker at its own offset (:data:`_ASK_PHASE`)."""
-_ASK_PHASE = random.uniform(0.0, ASK_GRID)
+from .asking import ENDED_CHECK, booking_delay, next_slot_ask
 
 
 @dataclass(slots=True)
@@ -102,6 +87,9 @@ class Permits:
         """Slots of the concurrency taken and not in use."""
         self._busy: dict[str, Request] = {}
         """Slots in use, and the request each one runs."""
+        self._spare: list[str] = []
+        """Slots of ended tasks set aside while another partition asks for the pool's room
+        (:meth:`ended`), not spendable until :meth:`settle_spares`."""
         self.retry_at = float("-inf")
         """Store time before which booking start times is not worth asking for."""
         self._booking_misses = 0
@@ -138,7 +126,7 @@ class Permits:
     def idle(self) -> bool:
         """Whether nothing waits and no start time or slot is held."""
         with self._lock:
-            return not (self._waiting or self._starts or self._free or self._busy)
+            return not (self._waiting or self._starts or self._free or self._busy or self._spare)
 
     @property
     def waiting(self) -> int:
@@ -257,22 +245,42 @@ class Permits:
 
     # -- the store thread --------------------------------------------------------------------
     def ended(
-        self, running: Callable[[Request], bool], *, reuse: bool = True
+        self, running: Callable[[Request], bool], *, reuse: bool = True, share: bool = False
     ) -> tuple[bool, list[str]]:
-        """Slots whose task ended are kept for the requests waiting here (if ``reuse``):
-        whether one was, and the slots to give back (the rest, and free ones nothing
-        waits for)."""
+        """Slots whose task ended are kept for the requests waiting here (if ``reuse``), or,
+        if they must ``share`` the pool's room, set aside for them until the other
+        partitions have asked (:meth:`settle_spares`): whether one was kept, and the slots
+        to give back (the rest, and free ones nothing waits for)."""
         with self._lock:
             done = [slot for slot, request in self._busy.items() if not running(request)]
             for slot in done:
                 del self._busy[slot]
-            keep = max(0, self.waiting - len(self._free)) if reuse else 0
-            self._free.extend(done[:keep])
-            if keep and done:
+            keep = max(0, self.waiting - len(self._free) - len(self._spare)) if reuse else 0
+            (self._spare if share else self._free).extend(done[:keep])
+            kept = keep > 0 and bool(done) and not share
+            if kept:
                 self.granted = time.monotonic()
             spare = max(0, len(self._free) - self.waiting)
             surplus = [self._free.pop() for _ in range(spare)]
-            return keep > 0 and bool(done), done[keep:] + surplus
+            return kept, done[keep:] + surplus
+
+    @property
+    def spares(self) -> int:
+        return len(self._spare)
+
+    def settle_spares(self, needed: int) -> tuple[bool, list[str]]:
+        """The other partitions have asked: give back up to ``needed`` of the slots set
+        aside (the room they took), and keep the rest for the requests waiting here; whether
+        one was kept, and the slots to give back."""
+        with self._lock:
+            needed = min(needed, len(self._spare))
+            back = self._spare[:needed]
+            kept = self._spare[needed:]
+            self._spare = []
+            self._free.extend(kept)
+            if kept:
+                self.granted = time.monotonic()
+            return bool(kept), back
 
     def slots_wanted(self, room: int) -> int:
         """How many slots to ask for now: one per waiting request, within the limit and
@@ -283,7 +291,7 @@ class Permits:
             if self.concurrency is None or time.monotonic() < self._next_slot_ask:
                 return 0
             room = min(self.waiting, self.concurrency, room - len(self._busy))
-            return max(0, room - len(self._free))
+            return max(0, room - len(self._free) - len(self._spare))
 
     def runs(self, request: Request) -> bool:
         """Whether ``request`` started under a slot of this limit (and holds it still)."""
@@ -317,7 +325,7 @@ class Permits:
             return bool(self.waiting) and self.concurrency is not None and not self.slots_in_hand()
 
     def slots_in_hand(self) -> int:
-        return len(self._free) + len(self._busy)
+        return len(self._free) + len(self._busy) + len(self._spare)
 
     def add_slots(self, slots: list[str]) -> None:
         """The slots an ask got; after one that got none, the next waits longer."""
@@ -326,13 +334,7 @@ class Permits:
                 self.granted = time.monotonic()
             self._free.extend(slots)
             self._slot_misses = 0 if slots else self._slot_misses + 1
-            first, most = SLOT_CHECK
-            if self.slots_in_hand():
-                most = SLOT_CHECK_HOLDING  # its own ended tasks' slots serve its requests
-            after = time.monotonic() + min(first * 2**self._slot_misses, most)
-            if self._slot_misses:  # refused: at the nearest time of this process's grid
-                after = round((after - _ASK_PHASE) / ASK_GRID) * ASK_GRID + _ASK_PHASE
-            self._next_slot_ask = after
+            self._next_slot_ask = next_slot_ask(self._slot_misses, holding=self.slots_in_hand() > 0)
 
     def starts_wanted(self, now: float) -> list[tuple[Request, float]]:
         """The waiting requests that have no start time yet, and what each costs, of those
@@ -367,21 +369,19 @@ class Permits:
                 self._booking_misses, retry_at = 0, max(retry_at, known - HORIZON)
             else:
                 self._booking_misses += 1
-            # other workers took the room: ask a little later than they will, so that the
-            # one that booked last asks first, and the rest do not all ask at every opening
-            spread = min(self._booking_misses, BOOKING_SPREAD) * HORIZON / 4
-            self.retry_at = retry_at + random.uniform(0.0, spread)
+            self.retry_at = retry_at + booking_delay(self._booking_misses)
             self.known = known
 
     def held_slots(self) -> list[str]:
         with self._lock:
-            return [*self._free, *self._busy]
+            return [*self._free, *self._busy, *self._spare]
 
     def keep_only(self, slots: Iterable[str]) -> None:
         """After a renewal: forget the slots the store no longer has (they had expired)."""
         kept = set(slots)
         with self._lock:
             self._free = [slot for slot in self._free if slot in kept]
+            self._spare = [slot for slot in self._spare if slot in kept]
             self._busy = {slot: req for slot, req in self._busy.items() if slot in kept}
 
     def wake_at(self, now: float) -> float | None:

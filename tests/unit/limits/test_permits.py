@@ -15,7 +15,7 @@ from celery_pause.errors import StoreError
 from celery_pause.limits.keeper import LimitKeeper
 from celery_pause.limits.permits import Permits
 from celery_pause.model.limit import HORIZON, KEPT_KEY, Limit, kept_since
-from celery_pause.model.limit_keys import rate_key
+from celery_pause.model.limit_keys import rate_key, slots_key
 from celery_pause.model.scope import EVERYTHING
 from celery_pause.model.state import Hold
 from celery_pause.stores.base import RecordUpdated
@@ -230,3 +230,42 @@ def test_asking_again_for_a_slot_another_worker_holds_reads_and_writes_nothing()
     first_keeper.pace((mine,), [])
     wait_for(lambda: second_asks() or theirs.slots_held(), timeout=5, what="the slot taken")
     assert not theirs.refused
+
+
+def test_an_ended_tasks_slot_goes_to_another_tenant_only_if_the_store_grants_it_one() -> None:
+    # Given a worker of one pool process under concurrency 1 per tenant, running the first
+    # of tenant a's three tasks, a task of tenant b waiting, and b's slot held by another worker
+    store = MemoryStore("memory://share", uuid.uuid4().hex)
+    limit = Limit(concurrency=1, per="tenant")
+    a, b, elsewhere = (
+        Permits(id=f"c1:{v}", scope=EVERYTHING, limit=limit, value=v) for v in ("a", "b", "b")
+    )
+    waiting(elsewhere, 1)
+    other = LimitKeeper(store=store, hostname="w2", clock=store.now, ttl=6.0, pump=lambda: None)
+    other.pace((elsewhere,), [])
+    mine = LimitKeeper(store=store, hostname="w1", clock=store.now, ttl=6.0, pump=lambda: None)
+    waiting(a, 3)
+    mine.pace((a,), [])
+    spend_first(a)
+    waiting(b, 1)
+    (a_slot,) = a.held_slots()
+
+    # When a's task ends while b's slot is held elsewhere
+    mine.pace((a, b), [])
+
+    # Then b was refused, and a kept its slot for its next task (not given back and taken
+    # again)
+    assert b.refused and not b.slots_held()
+    assert a.held_slots() == [a_slot] and store.read_record(slots_key("c1:a")) is not None
+
+    # When b's slot is given back elsewhere, and a's second task ends once b may ask again
+    spend_first(elsewhere)
+    elsewhere.clear_waiting()
+    other.pace((elsewhere,), [])
+    wait_for(lambda: b.slots_wanted(1) > 0, timeout=5, what="b's next ask")
+    spend_first(a)
+    mine.pace((a, b), [])
+
+    # Then b took a slot, and a gave back the pool's room (its third task waits)
+    assert b.slots_held() == 1 and a.waiting == 1
+    assert not a.slots_held() and store.read_record(slots_key("c1:a")) is None
