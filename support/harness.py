@@ -163,8 +163,27 @@ class Worker:
         try:
             return self.proc.wait(timeout)
         except subprocess.TimeoutExpired:
+            stacks = self.stacks()
             self.kill()
-            raise AssertionError(f"{self.hostname} did not stop within {timeout}s") from None
+            raise AssertionError(
+                f"{self.hostname} did not stop within {timeout}s; its threads:\n{stacks}"
+            ) from None
+
+    def stacks(self, timeout: float = 5.0) -> str:
+        """The stacks of the worker's threads, as Celery writes them to its log on
+        ``SIGUSR1`` (their local variables left out), or what the log says if it does not."""
+        assert self.proc is not None
+        start = len(self.log.read_bytes())
+
+        def dumped() -> str | None:
+            text = self.log.read_bytes()[start:].decode(errors="replace")
+            return text if "LOCAL VARIABLES" in text else None
+
+        self.proc.send_signal(signal.SIGUSR1)
+        try:
+            return _stacks_only(wait_for(dumped, timeout=timeout, what="the threads' stacks"))
+        except AssertionError:
+            return self.log.read_bytes()[start:].decode(errors="replace")[-4000:] or "<none>"
 
     def kill(self) -> None:
         """SIGKILL the worker and its pool processes."""
@@ -217,6 +236,21 @@ class Worker:
             return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
         except OSError:
             return "<no log>"
+
+
+def _stacks_only(dump: str) -> str:
+    """A Celery thread dump (``celery.utils.debug.cry``) without each thread's local
+    variables: a thread's section is its name, a rule, its stack, a rule, then the locals."""
+    lines, kept, in_locals = dump.splitlines(), [], False
+    for i, line in enumerate(lines):
+        rule_next = i + 1 < len(lines) and lines[i + 1].startswith("=====")
+        if line == "LOCAL VARIABLES":
+            in_locals = True
+        elif in_locals and rule_next and line and not line.startswith(("=", " ", "{", "'")):
+            in_locals = False  # the next thread's name
+        if not in_locals:
+            kept.append(line)
+    return "\n".join(kept)
 
 
 def stop_all(workers: Iterable[Worker], timeout: float = 20.0) -> None:
