@@ -273,7 +273,6 @@ class Permits:
         aside (the room they took), and keep the rest for the requests waiting here; whether
         one was kept, and the slots to give back."""
         with self._lock:
-            needed = min(needed, len(self._spare))
             back = self._spare[:needed]
             kept = self._spare[needed:]
             self._spare = []

@@ -133,8 +133,8 @@ def test_the_keeper_books_a_rate_the_store_forgot_past_every_start_time_held() -
     assert again is not None and again["tat"] >= restored["tat"]
 
 
-def keeper(store: MemoryStore) -> LimitKeeper:
-    return LimitKeeper(store=store, hostname="w1", clock=store.now, ttl=6.0, pump=lambda: None)
+def keeper(store: MemoryStore, hostname: str = "w1") -> LimitKeeper:
+    return LimitKeeper(store=store, hostname=hostname, clock=store.now, ttl=6.0, pump=lambda: None)
 
 
 def test_a_returning_tenant_is_booked_at_once_on_a_store_that_kept_its_records() -> None:
@@ -241,9 +241,9 @@ def test_an_ended_tasks_slot_goes_to_another_tenant_only_if_the_store_grants_it_
         Permits(id=f"c1:{v}", scope=EVERYTHING, limit=limit, value=v) for v in ("a", "b", "b")
     )
     waiting(elsewhere, 1)
-    other = LimitKeeper(store=store, hostname="w2", clock=store.now, ttl=6.0, pump=lambda: None)
+    other = keeper(store, "w2")
     other.pace((elsewhere,), [])
-    mine = LimitKeeper(store=store, hostname="w1", clock=store.now, ttl=6.0, pump=lambda: None)
+    mine = keeper(store)
     waiting(a, 3)
     mine.pace((a,), [])
     spend_first(a)
